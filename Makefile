@@ -1,0 +1,34 @@
+# Two commands matter on a fresh machine: `make demo` and `make test`. Both install first.
+PY      := .venv/bin/python
+STAMP   := .venv/.installed
+export SPARK_LOCAL_IP ?= 127.0.0.1
+
+.PHONY: install demo test lint typecheck bench clean
+
+install: $(STAMP) .venv/.debs
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+.venv/.debs: scripts/install-debs.sh
+	bash scripts/install-debs.sh
+	@mkdir -p .venv && touch .venv/.debs
+
+demo: install
+	.venv/bin/stylus demo $(DEMO_ARGS)
+
+lint: install
+	.venv/bin/ruff check .
+	.venv/bin/mypy
+
+test: install lint
+	.venv/bin/pytest -q -x --durations=15 $(PYTEST_ARGS)
+
+bench: install
+	$(PY) -m bench.throughput
+
+clean:
+	rm -rf .venv .stylus .pytest_cache .mypy_cache .ruff_cache

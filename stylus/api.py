@@ -1,0 +1,123 @@
+"""The processor API of SPEC section 2: `Processor`, `Record` and the `Context` it is handed."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, MutableMapping
+from pathlib import Path
+from typing import Any, Protocol
+
+
+class Record:
+    """One decoded input record. Plain slots: it is built once per record on the hot path."""
+
+    __slots__ = ("headers", "key", "offset", "partition", "timestamp", "topic", "value")
+
+    def __init__(
+        self,
+        key: str | None,
+        value: Any,
+        timestamp: int,
+        topic: str,
+        partition: int,
+        offset: int,
+        headers: Mapping[str, bytes] | None = None,
+    ) -> None:
+        self.key = key
+        self.value = value
+        self.timestamp = timestamp
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.headers: Mapping[str, bytes] = headers if headers is not None else {}
+
+    def __repr__(self) -> str:
+        return (
+            f"Record(topic={self.topic!r}, partition={self.partition}, offset={self.offset}, "
+            f"key={self.key!r}, value={self.value!r}, timestamp={self.timestamp})"
+        )
+
+
+State = MutableMapping[str, Any]
+"""What `ctx.state` offers: a mutable mapping scoped to the input partition (see `StateMap`)."""
+
+
+class Context(Protocol):
+    """What a processor may touch. Implemented by the engine; the same in streaming and backfill."""
+
+    state: State
+    watermark: int
+    processor_name: str
+
+    def emit(
+        self,
+        value: Any,
+        key: str | None = None,
+        topic: str | None = None,
+        timestamp: int | None = None,
+        headers: Mapping[str, str | bytes] | None = None,
+    ) -> None: ...
+
+    def set_timer(self, key: str, timestamp: int) -> None: ...
+
+
+class Processor(ABC):
+    """Subclass and implement `process`. Must be deterministic for a given input order."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, name: str = "") -> None:
+        self.config: Mapping[str, Any] = dict(config or {})
+        self.name = name or type(self).__name__
+
+    def setup(self, ctx: Context) -> None:  # noqa: B027 - optional hook
+        """Called once before the first record, with the context."""
+
+    @abstractmethod
+    def process(self, record: Record, ctx: Context) -> None:
+        """Handle one record: read and write `ctx.state`, call `ctx.emit`."""
+
+    def on_timer(self, key: str, timestamp: int, ctx: Context) -> None:  # noqa: B027 - optional hook
+        """Called once the input's low watermark passes a timer set with `ctx.set_timer`."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Called on shutdown, after the final checkpoint."""
+
+
+class ProcessorImportError(ImportError):
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
+def import_processor_class(path: str) -> type[Processor]:
+    """Import `module:Class` and check that it is a Processor. Only this configured path is imported."""
+    module_name, _, class_name = path.partition(":")
+    if not module_name or not class_name:
+        raise ProcessorImportError(f"`{path}` is not `module:Class`", "write it as `package.module:ClassName`")
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise ProcessorImportError(
+            f"module `{module_name}` cannot be imported ({exc})",
+            "check the module path, and that it is installed or under the current directory",
+        ) from exc
+    except Exception as exc:
+        raise ProcessorImportError(
+            f"importing `{module_name}` failed: {type(exc).__name__}: {exc}", "fix the error in that module"
+        ) from exc
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        names = sorted(n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, Processor))
+        raise ProcessorImportError(
+            f"module `{module_name}` has no `{class_name}`",
+            f"use one of its processors: {', '.join(names) or '(none)'}",
+        )
+    if not (isinstance(cls, type) and issubclass(cls, Processor)) or cls is Processor:
+        raise ProcessorImportError(
+            f"`{path}` is not a Processor subclass", "subclass `stylus.Processor` and implement `process`"
+        )
+    return cls

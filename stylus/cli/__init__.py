@@ -1,0 +1,1 @@
+"""The `stylus` command line."""

@@ -1,0 +1,310 @@
+"""Load a pipeline file: env expansion, safe YAML, pydantic validation, cross-checks.
+
+Every failure becomes a `PipelineError` whose problems name the file, the dotted path
+inside it (with the line when known) and what to write instead.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from stylus.config.env import MissingVariable, expand_env
+from stylus.config.errors import PipelineError, Problem
+from stylus.config.model import NAME_PATTERN, FixableError, Pipeline
+
+MAX_FILE_BYTES = 1 << 20  # YAML bombs and accidental binaries stop here
+
+
+def load_pipeline(
+    path: str | Path, *, import_classes: bool = False, environ: Mapping[str, str] | None = None
+) -> Pipeline:
+    file = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise PipelineError(file, [Problem("", f"cannot read the file: {exc.strerror}", "check the path")]) from exc
+    if len(raw) > MAX_FILE_BYTES:
+        raise PipelineError(
+            file, [Problem("", f"the file is {len(raw)} bytes; the limit is {MAX_FILE_BYTES}", "split it up")]
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PipelineError(file, [Problem("", "the file is not UTF-8 text", "save it as UTF-8")]) from exc
+    return parse_pipeline(text, file=file, import_classes=import_classes, environ=environ)
+
+
+def parse_pipeline(
+    text: str,
+    *,
+    file: str = "<string>",
+    import_classes: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> Pipeline:
+    try:
+        text = expand_env(text, environ)
+    except MissingVariable as exc:
+        raise PipelineError(
+            file,
+            [Problem("", str(exc), f"export {exc.name}=... or write ${{{exc.name}:-default}}", exc.line)],
+        ) from exc
+    data, lines = _parse_yaml(text, file)
+    try:
+        pipeline = Pipeline.model_validate({**data, "source": file} if isinstance(data, dict) else data)
+    except ValidationError as exc:
+        raise PipelineError(file, [_problem_from(err, lines) for err in exc.errors()]) from exc
+    problems = check_references(pipeline)
+    if not problems and import_classes:
+        problems = check_classes(pipeline)
+    for i, problem in enumerate(problems):
+        if problem.line is None:
+            problems[i] = Problem(problem.path, problem.message, problem.fix, _line_for(problem.path, lines))
+    if problems:
+        raise PipelineError(file, problems)
+    return pipeline
+
+
+# --- YAML with duplicate-key detection and a path -> line map -------------------------------
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, path: str, key: str, line: int) -> None:
+        super().__init__(key)
+        self.path, self.key, self.line = path, key, line
+
+
+def _parse_yaml(text: str, file: str) -> tuple[Any, dict[str, int]]:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise PipelineError(
+            file, [Problem("", f"not valid YAML: {getattr(exc, 'problem', exc)}", "fix the YAML syntax", line)]
+        ) from exc
+    if node is None:
+        raise PipelineError(file, [Problem("", "the file is empty", "start with `pipeline: NAME`")])
+    lines: dict[str, int] = {}
+    try:
+        _walk(node, "", lines)
+    except _DuplicateKey as dup:
+        where = f"{dup.path}.{dup.key}" if dup.path else dup.key
+        raise PipelineError(
+            file,
+            [Problem(where, f"`{dup.key}` is defined twice", "give each entry its own name", dup.line)],
+        ) from dup
+    return yaml.load(text, Loader=yaml.SafeLoader), lines
+
+
+def _walk(node: yaml.Node, path: str, lines: dict[str, int]) -> None:
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            if key in seen:
+                raise _DuplicateKey(path, key, key_node.start_mark.line + 1)
+            seen.add(key)
+            _walk(value_node, f"{path}.{key}" if path else key, lines)
+            lines[f"{path}.{key}" if path else key] = key_node.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _walk(item, f"{path}.{i}" if path else str(i), lines)
+
+
+def _line_for(path: str, lines: dict[str, int]) -> int | None:
+    while path:
+        if path in lines:
+            return lines[path]
+        path = path.rpartition(".")[0]
+    return None
+
+
+# --- pydantic errors -> problems -----------------------------------------------------------------
+
+
+def _problem_from(err: Any, lines: dict[str, int]) -> Problem:
+    loc = [str(part) for part in err["loc"]]
+    path = ".".join(loc)
+    kind = err["type"]
+    cause = (err.get("ctx") or {}).get("error")
+    message = err["msg"].removeprefix("Value error, ")
+    if isinstance(cause, FixableError):
+        fix = cause.fix
+        message = str(cause)
+    elif kind == "missing":
+        fix = f"add `{loc[-1]}:` at {'.'.join(loc[:-1]) or 'the top level'}"
+        message = f"`{loc[-1]}` is required"
+    elif kind == "extra_forbidden":
+        allowed = _allowed_keys(loc[:-1])
+        close = difflib.get_close_matches(loc[-1], allowed, n=1)
+        hint = f"did you mean `{close[0]}`? " if close else ""
+        fix = f"{hint}remove `{loc[-1]}`; allowed keys here: {', '.join(allowed)}"
+        message = f"unknown key `{loc[-1]}`"
+    elif kind == "literal_error":
+        fix = f"use one of {err['ctx']['expected']}"
+    elif kind == "string_pattern_mismatch":
+        fix = _pattern_fix(loc)
+    else:
+        fix = f"give `{loc[-1] if loc else 'the document'}` a valid value ({message.lower()})"
+    return Problem(path, message, fix, _line_for(path, lines))
+
+
+def _pattern_fix(loc: list[str]) -> str:
+    last = loc[-1] if loc else ""
+    if last == "class":
+        return "write the class as `package.module:ClassName`"
+    if last == "uri":
+        return "use a `file:///path` or `hdfs://namenode:9870/path` URI"
+    return f"use only letters, digits, '.', '_' and '-' (pattern {NAME_PATTERN})"
+
+
+def _allowed_keys(loc: list[str]) -> list[str]:
+    """The keys the model at `loc` accepts, by walking the model types along the path."""
+    current: Any = Pipeline
+    for part in loc:
+        current = _step(current, part)
+        if current is None:
+            return []
+    model = _model_in(current)
+    if model is None:
+        return []
+    return sorted((f.alias or name) for name, f in model.model_fields.items() if name != "source")
+
+
+def _step(annotation: Any, part: str) -> Any:
+    model = _model_in(annotation)
+    if model is not None:
+        for name, field in model.model_fields.items():
+            if part in (name, field.alias):
+                return field.annotation
+        return None
+    origin = typing.get_origin(annotation)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if origin in (dict, Mapping) and len(args) == 2:
+        return args[1]
+    if origin in (tuple, list) and args:
+        return args[0]
+    return None
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                return arg
+    return None
+
+
+# --- cross-checks --------------------------------------------------------------------------------
+
+
+def check_references(pipeline: Pipeline) -> list[Problem]:
+    import re
+
+    problems: list[Problem] = []
+    declared = sorted(pipeline.topics)
+    name_ok = re.compile(NAME_PATTERN)
+    for topic in pipeline.topics:
+        if not name_ok.match(topic):
+            problems.append(
+                Problem(f"topics.{topic}", f"`{topic}` is not a valid Kafka topic name", _pattern_fix([]))
+            )
+    for name, spec in pipeline.processors.items():
+        if not name_ok.match(name):
+            problems.append(Problem(f"processors.{name}", f"`{name}` is not a valid name", _pattern_fix([])))
+        for field in ("inputs", "outputs"):
+            for i, topic in enumerate(getattr(spec, field)):
+                if topic not in pipeline.topics:
+                    close = difflib.get_close_matches(topic, declared, n=1)
+                    hint = f"did you mean `{close[0]}`? or " if close else ""
+                    problems.append(
+                        Problem(
+                            f"processors.{name}.{field}.{i}",
+                            f"topic `{topic}` is not declared under `topics`",
+                            f"{hint}add `{topic}: {{partitions: 1}}` under `topics`",
+                        )
+                    )
+        for field in ("inputs", "outputs"):
+            values = getattr(spec, field)
+            for dup in sorted({t for t in values if values.count(t) > 1}):
+                problems.append(
+                    Problem(f"processors.{name}.{field}", f"topic `{dup}` is listed twice", "list it once")
+                )
+        both = sorted(set(spec.inputs) & set(spec.outputs))
+        if both:
+            problems.append(
+                Problem(
+                    f"processors.{name}.outputs",
+                    f"`{name}` reads and writes `{both[0]}`, a loop onto itself",
+                    "write to a different topic",
+                )
+            )
+        if spec.semantics.output == "exactly_once" and not spec.outputs:
+            problems.append(
+                Problem(
+                    f"processors.{name}.semantics.output",
+                    "exactly-once output needs at least one output topic",
+                    "add `outputs:` or choose at_least_once output",
+                )
+            )
+    if not problems:
+        cycle = _find_cycle(pipeline)
+        if cycle:
+            problems.append(
+                Problem(
+                    f"processors.{cycle[0]}",
+                    "the processors form a cycle: " + " -> ".join([*cycle, cycle[0]]),
+                    "a pipeline is a DAG; break the cycle by writing one of these to a new topic",
+                )
+            )
+    return problems
+
+
+def _find_cycle(pipeline: Pipeline) -> list[str]:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(name: str) -> list[str]:
+        state[name] = 1
+        stack.append(name)
+        for topic in pipeline.processors[name].outputs:
+            for nxt in pipeline.consumers_of(topic):
+                if state.get(nxt) == 1:
+                    return stack[stack.index(nxt) :]
+                if nxt not in state:
+                    found = visit(nxt)
+                    if found:
+                        return found
+        stack.pop()
+        state[name] = 2
+        return []
+
+    for name in pipeline.processors:
+        if name not in state:
+            found = visit(name)
+            if found:
+                return found
+    return []
+
+
+def check_classes(pipeline: Pipeline) -> list[Problem]:
+    from stylus.api import ProcessorImportError, import_processor_class
+
+    problems: list[Problem] = []
+    for name, spec in pipeline.processors.items():
+        try:
+            import_processor_class(spec.class_)
+        except ProcessorImportError as exc:
+            problems.append(Problem(f"processors.{name}.class", str(exc), exc.fix))
+    return problems

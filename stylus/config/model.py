@@ -1,0 +1,166 @@
+"""The pipeline YAML as frozen pydantic models (SPEC section 1)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from stylus.config.durations import Duration
+
+Mode = Literal["at_least_once", "at_most_once", "exactly_once"]
+SerdeName = Literal["json", "string", "bytes"]
+ErrorPolicy = Literal["dead_letter", "skip", "stop"]
+LatePolicy = Literal["drop", "topic", "update"]
+
+NAME_PATTERN = r"^[A-Za-z0-9._-]{1,200}$"
+
+#: (state, output) pairs of the paper's Figure 8; `None` state means a stateless processor.
+VALID_PAIRS: frozenset[tuple[str, str]] = frozenset(
+    {
+        ("at_least_once", "at_least_once"),
+        ("exactly_once", "at_least_once"),
+        ("at_most_once", "at_most_once"),
+        ("exactly_once", "at_most_once"),
+        ("exactly_once", "exactly_once"),
+    }
+)
+
+
+class FixableError(ValueError):
+    """A validation error that carries the text to write instead."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class TopicSpec(Frozen):
+    partitions: int = Field(1, ge=1, le=10_000)
+    serde: SerdeName = "json"
+    replication_factor: int = Field(1, ge=1, le=32)
+    config: dict[str, str] = Field(default_factory=dict)
+
+
+class Semantics(Frozen):
+    state: Mode | None = None
+    output: Mode = "at_least_once"
+
+    @model_validator(mode="after")
+    def _valid_pair(self) -> Semantics:
+        if self.state is not None and (self.state, self.output) not in VALID_PAIRS:
+            pairs = ", ".join(f"{{state: {s}, output: {o}}}" for s, o in sorted(VALID_PAIRS))
+            raise FixableError(
+                f"(state={self.state}, output={self.output}) is not a valid pair (the paper's Figure 8): "
+                "at-least-once state replays input after a crash, so its output cannot be at-most-once or "
+                "exactly-once; at-most-once state skips input, so its output cannot be at-least-once or "
+                "exactly-once",
+                f"use one of {pairs}",
+            )
+        return self
+
+    @property
+    def pair(self) -> tuple[str | None, str]:
+        return (self.state, self.output)
+
+
+class CheckpointSpec(Frozen):
+    interval: Duration = 2.0
+
+
+class BackupSpec(Frozen):
+    uri: str = Field(pattern=r"^(file|hdfs|webhdfs)://")
+    interval: Duration = 300.0
+    keep: int = Field(5, ge=1)
+
+
+class StateSpec(Frozen):
+    dir: str = "./.stylus/state"
+    backup: BackupSpec | None = None
+    cache_entries: int = Field(100_000, ge=0)
+
+
+class EventTimeSpec(Frozen):
+    field: str | None = None  # None: the record timestamp
+    allowed_lateness: Duration = 0.0
+    idle_timeout: Duration = 10.0
+    confidence: float = Field(1.0, gt=0.0, le=1.0)
+    late: LatePolicy = "drop"
+
+
+class DedupSpec(Frozen):
+    window: Duration
+
+
+class AlertSpec(Frozen):
+    lag_seconds: Duration = 60.0
+    for_: Duration = Field(300.0, alias="for")
+
+
+class ProcessorSpec(Frozen):
+    class_: str = Field(alias="class", pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    inputs: tuple[str, ...] = Field(min_length=1)
+    outputs: tuple[str, ...] = ()
+    config: dict[str, Any] = Field(default_factory=dict)
+    semantics: Semantics = Semantics(state="at_least_once", output="at_least_once")
+    checkpoint: CheckpointSpec = CheckpointSpec()
+    replicas: int = Field(1, ge=1, le=1000)
+    state: StateSpec = StateSpec()
+    event_time: EventTimeSpec | None = None
+    on_error: ErrorPolicy = "dead_letter"
+    dedup: DedupSpec | None = None
+    batch_size: int = Field(2000, ge=1, le=100_000)
+    kafka: dict[str, Any] = Field(default_factory=dict)  # librdkafka overrides for this processor
+    alerts: AlertSpec = AlertSpec()
+
+    @property
+    def stateful(self) -> bool:
+        return self.semantics.state is not None
+
+
+class Pipeline(Frozen):
+    pipeline: str = Field(pattern=NAME_PATTERN)
+    kafka: dict[str, Any] = Field(default_factory=dict)
+    topics: dict[str, TopicSpec] = Field(min_length=1)
+    processors: dict[str, ProcessorSpec] = Field(min_length=1)
+    source: str = Field("<memory>", exclude=True)
+
+    def processor(self, name: str) -> ProcessorSpec:
+        return self.processors[name]
+
+    def group_id(self, processor: str) -> str:
+        return f"{self.pipeline}.{processor}"
+
+    def dlq_topic(self, processor: str) -> str:
+        return f"{self.pipeline}.{processor}.dlq"
+
+    def producers_of(self, topic: str) -> list[str]:
+        return [n for n, p in self.processors.items() if topic in p.outputs]
+
+    def consumers_of(self, topic: str) -> list[str]:
+        return [n for n, p in self.processors.items() if topic in p.inputs]
+
+    def upstream_of(self, processor: str) -> list[str]:
+        spec = self.processors[processor]
+        return sorted({u for t in spec.inputs for u in self.producers_of(t)})
+
+    def topological_order(self) -> list[str]:
+        """Processors sorted so every producer comes before its consumers (the DAG is acyclic)."""
+        order: list[str] = []
+        seen: set[str] = set()
+
+        def visit(name: str) -> None:
+            if name in seen:
+                return
+            seen.add(name)
+            for upstream in self.upstream_of(name):
+                visit(upstream)
+            order.append(name)
+
+        for name in self.processors:
+            visit(name)
+        return order

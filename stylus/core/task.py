@@ -1,0 +1,47 @@
+"""Per-input-partition bookkeeping: its store, its progress and its event-time position."""
+
+from __future__ import annotations
+
+import time
+
+from stylus.state.store import PartitionStore, StateMap
+
+NO_TIME = -(2**63)
+
+
+class PartitionTask:
+    __slots__ = (
+        "assigned_at",
+        "at_eof",
+        "committed_offset",
+        "max_event_time",
+        "next_offset",
+        "partition",
+        "state",
+        "store",
+        "topic",
+    )
+
+    def __init__(self, topic: str, partition: int, store: PartitionStore | None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.store = store
+        self.state: StateMap | None = store.state if store is not None else None
+        stored = store.stored_offset() if store is not None else None
+        self.next_offset: int | None = stored  # next input offset to process
+        self.committed_offset: int | None = stored  # last offset saved by a checkpoint
+        self.max_event_time = NO_TIME
+        self.at_eof = False
+        self.assigned_at = time.monotonic()
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
+
+    @property
+    def has_progress(self) -> bool:
+        dirty = self.state is not None and self.state.dirty
+        return dirty or self.next_offset != self.committed_offset
+
+    def __repr__(self) -> str:
+        return f"PartitionTask({self.topic}[{self.partition}] next={self.next_offset})"

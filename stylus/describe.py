@@ -1,0 +1,20 @@
+"""A short human summary of a pipeline (used by `stylus validate`)."""
+
+from __future__ import annotations
+
+from stylus.config.durations import format_duration
+from stylus.config.model import Pipeline
+
+
+def describe(pipeline: Pipeline) -> str:
+    lines = [f"pipeline {pipeline.pipeline}: {len(pipeline.topics)} topics, {len(pipeline.processors)} processors"]
+    for name in pipeline.topological_order():
+        spec = pipeline.processors[name]
+        sem = spec.semantics
+        state = sem.state or "stateless"
+        lines.append(
+            f"  {name}: {spec.class_}  state={state} output={sem.output}  "
+            f"checkpoint every {format_duration(spec.checkpoint.interval)}  replicas={spec.replicas}  "
+            f"on_error={spec.on_error}"
+        )
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,1 @@
+"""Everything that talks to Kafka: settings, the embedded broker, admin and offsets."""

@@ -1,0 +1,75 @@
+"""Topic administration."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from stylus.config.model import Pipeline, TopicSpec
+from stylus.kafka.settings import client_config
+
+
+def admin_client(bootstrap: str, pipeline: Pipeline | None = None) -> AdminClient:
+    return AdminClient(client_config("admin", bootstrap, pipeline))
+
+
+def create_topics(
+    bootstrap: str,
+    topics: dict[str, TopicSpec],
+    pipeline: Pipeline | None = None,
+    timeout: float = 30.0,
+) -> dict[str, str]:
+    """Create missing topics. Returns topic -> "created" | "exists"."""
+    admin = admin_client(bootstrap, pipeline)
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    result = {name: "exists" for name in topics if name in existing}
+    new = [
+        NewTopic(name, num_partitions=spec.partitions, replication_factor=spec.replication_factor,
+                 config=dict(spec.config))
+        for name, spec in topics.items()
+        if name not in existing
+    ]
+    if new:
+        for name, future in admin.create_topics(new, request_timeout=timeout).items():
+            try:
+                future.result()
+                result[name] = "created"
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+                result[name] = "exists"
+        wait_for_topics(admin, {t.topic: t.num_partitions for t in new}, timeout)
+    return result
+
+
+def wait_for_topics(admin: AdminClient, partitions: dict[str, int], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        meta = admin.list_topics(timeout=timeout).topics
+        if all(t in meta and len(meta[t].partitions) >= n for t, n in partitions.items()):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topics not visible after {timeout}s: {sorted(partitions)}")
+        time.sleep(0.05)
+
+
+def delete_topics(bootstrap: str, names: list[str], timeout: float = 30.0) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    existing = set(admin.list_topics(timeout=timeout).topics)
+    names = [n for n in names if n in existing]
+    if names:
+        for future in admin.delete_topics(names, request_timeout=timeout).values():
+            future.result()
+
+
+def pipeline_topics(pipeline: Pipeline) -> dict[str, TopicSpec]:
+    """Declared topics plus one dead-letter topic per processor whose errors go there."""
+    topics = dict(pipeline.topics)
+    for name, spec in pipeline.processors.items():
+        if spec.on_error == "dead_letter":
+            width = max(pipeline.topics[t].partitions for t in spec.inputs)
+            dlq = TopicSpec(partitions=width, serde="bytes", replication_factor=1)
+            topics.setdefault(pipeline.dlq_topic(name), dlq)
+    return topics

@@ -1,0 +1,92 @@
+"""librdkafka settings: our defaults, then the pipeline's `kafka:` block, then the processor's.
+
+Settings pass through by their own dotted names. A `consumer:` or `producer:` sub-mapping
+applies to that client only. Values here were measured on the embedded broker
+(`shared/notes/broker.md`) and are also right for a real cluster.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from stylus.config.model import Pipeline
+
+BOOTSTRAP_ENV = "STYLUS_BOOTSTRAP_SERVERS"
+
+CONSUMER_DEFAULTS: dict[str, Any] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "auto.offset.reset": "earliest",
+    "session.timeout.ms": 6000,
+    "heartbeat.interval.ms": 1000,
+    "partition.assignment.strategy": "cooperative-sticky",
+    "fetch.wait.max.ms": 20,
+    "fetch.queue.backoff.ms": 10,
+    "queued.min.messages": 10000,
+    "isolation.level": "read_committed",
+    "enable.partition.eof": True,
+}
+
+PRODUCER_DEFAULTS: dict[str, Any] = {
+    "enable.idempotence": True,
+    "acks": "all",
+    "linger.ms": 5,
+    "compression.type": "lz4",
+    "partitioner": "murmur2_random",  # the Java client's partitioner: keys co-partition across clients
+    "queue.buffering.max.messages": 500_000,
+}
+
+_ROLE_KEYS = ("consumer", "producer", "admin")
+
+
+def bootstrap_from(pipeline: Pipeline | None) -> str | None:
+    """`STYLUS_BOOTSTRAP_SERVERS` wins over the YAML; None means: use the embedded broker."""
+    env = os.environ.get(BOOTSTRAP_ENV)
+    if env:
+        return env
+    if pipeline is not None:
+        value = pipeline.kafka.get("bootstrap.servers")
+        if value:
+            return str(value)
+    return None
+
+
+def _common(block: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in block.items() if k not in _ROLE_KEYS}
+
+
+def _role(block: Mapping[str, Any], role: str) -> dict[str, Any]:
+    value = block.get(role) or {}
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def client_config(
+    role: str,
+    bootstrap: str,
+    pipeline: Pipeline | None = None,
+    processor: str | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
+    """Settings for a `consumer`, `producer` or `admin` client."""
+    config: dict[str, Any] = {}
+    if role == "consumer":
+        config.update(CONSUMER_DEFAULTS)
+    elif role == "producer":
+        config.update(PRODUCER_DEFAULTS)
+    blocks: list[Mapping[str, Any]] = []
+    if pipeline is not None:
+        blocks.append(pipeline.kafka)
+        if processor is not None:
+            blocks.append(pipeline.processors[processor].kafka)
+    for block in blocks:
+        config.update(_common(block))
+        config.update(_role(block, role))
+    config.update(extra)
+    config["bootstrap.servers"] = bootstrap
+    if role == "admin":
+        for key in list(config):
+            if key not in ("bootstrap.servers", "client.id") and not key.startswith(("security.", "sasl.", "ssl.")):
+                config.pop(key)
+    return config

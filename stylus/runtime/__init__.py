@@ -1,0 +1,1 @@
+"""Running processors against Kafka: consumer groups, producers, checkpoints, rebalances, signals."""

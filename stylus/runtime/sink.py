@@ -1,0 +1,92 @@
+"""`ctx.emit` into a Kafka producer, either at once or held back until the checkpoint has been saved."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from stylus.config.model import Pipeline
+from stylus.serde import encode_key, encoder
+
+Pending = tuple[str, bytes | None, bytes | None, int, Any]
+
+
+class DeliveryFailed(RuntimeError):
+    pass
+
+
+class KafkaSink:
+    """Encodes by the output topic's serde and hands records to the producer.
+
+    With `hold=True` (at-most-once output) encoded records wait in memory until `release()`,
+    which the checkpoint calls after it has saved the offsets.
+    """
+
+    def __init__(self, producer: Producer, pipeline: Pipeline, outputs: tuple[str, ...], *, hold: bool) -> None:
+        self.producer = producer
+        self.encoders = {t: encoder(pipeline.topics[t].serde) for t in outputs}
+        self.held: list[Pending] | None = [] if hold else None
+        self.failures: list[str] = []
+        self.emitted = 0
+
+    def __call__(
+        self, topic: str, key: str | None, value: Any, timestamp: int, headers: Mapping[str, Any] | None
+    ) -> None:
+        encode = self.encoders.get(topic)
+        if encode is None:
+            raise ValueError(f"emitted to `{topic}`, which is not among the processor's outputs")
+        self.send(topic, encode(value), encode_key(key), timestamp, headers)
+
+    def send(
+        self, topic: str, value: bytes | None, key: bytes | None, timestamp: int, headers: Any = None
+    ) -> None:
+        """Raw bytes to a topic (also the dead-letter path); obeys the same holding rule."""
+        self.emitted += 1
+        if self.held is not None:
+            self.held.append((topic, value, key, timestamp, headers))
+            return
+        self._produce(topic, value, key, timestamp, headers)
+
+    def _produce(self, topic: str, value: bytes | None, key: bytes | None, timestamp: int, headers: Any) -> None:
+        produce = self.producer.produce
+        while True:
+            try:
+                if headers:
+                    produce(topic, value, key, timestamp=timestamp, headers=headers)
+                else:
+                    produce(topic, value, key, timestamp=timestamp)
+                return
+            except BufferError:  # the producer's queue is full: wait for the broker (backpressure)
+                self.producer.poll(0.05)
+
+    @property
+    def held_count(self) -> int:
+        return len(self.held) if self.held is not None else 0
+
+    def release(self) -> None:
+        """Produce everything held back (at-most-once output, after the checkpoint)."""
+        if self.held:
+            held, self.held = self.held, []
+            for item in held:
+                self._produce(*item)
+
+    def drop_held(self) -> int:
+        dropped = self.held_count
+        if self.held is not None:
+            self.held = []
+        return dropped
+
+    def flush(self, timeout: float = 60.0) -> None:
+        """Wait until the broker acknowledged every record produced so far, or raise."""
+        remaining = self.producer.flush(timeout)
+        if remaining:
+            raise DeliveryFailed(f"{remaining} records still unacknowledged after {timeout}s")
+        if self.failures:
+            failures, self.failures = self.failures, []
+            raise DeliveryFailed(f"{len(failures)} records failed delivery; first: {failures[0]}")
+
+    def on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self.failures.append(f"{msg.topic()}: {err}")

@@ -1,0 +1,280 @@
+"""One processor instance: a consumer-group member that consumes, processes, produces and checkpoints.
+
+Single-threaded by design: the consumer, the producer, the rebalance callbacks and the checkpoint
+all run on the worker's own thread, so there are no queues between threads to stall silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_STORED, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from stylus.api import Processor, import_processor_class
+from stylus.config.model import Pipeline
+from stylus.core.engine import Engine, StopProcessing
+from stylus.core.task import PartitionTask
+from stylus.core.watermark import low_watermark
+from stylus.kafka.settings import client_config
+from stylus.runtime.checkpoint import Ordering, Step, ordering_for
+from stylus.runtime.failures import FailurePolicy
+from stylus.runtime.sink import KafkaSink
+from stylus.state.kv import RocksKV
+from stylus.state.store import PartitionStore
+
+log = logging.getLogger(__name__)
+
+MAX_HELD_OUTPUT = 200_000  # at-most-once output held in memory forces an early checkpoint past this
+
+
+class WorkerFailed(RuntimeError):
+    """The processor stopped on an error (on_error: stop, a delivery failure, a broken store)."""
+
+
+class Worker:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        name: str,
+        bootstrap: str,
+        *,
+        stop: threading.Event | None = None,
+        exit_when_idle: float | None = None,
+        upstream_done: Callable[[], bool] = lambda: True,
+        ordering: Ordering | None = None,
+        instance: str = "0",
+    ) -> None:
+        self.pipeline = pipeline
+        self.name = name
+        self.spec = pipeline.processors[name]
+        self.bootstrap = bootstrap
+        self.stop_event = stop or threading.Event()
+        self.exit_when_idle = exit_when_idle
+        self.upstream_done = upstream_done
+        self.ordering = ordering or ordering_for(self.spec.semantics.state, self.spec.semantics.output)
+        if self.ordering.transactional:
+            raise WorkerFailed(f"processor `{name}`: exactly-once output needs the transactional runtime")
+        self.instance = instance
+        self.group_id = pipeline.group_id(name)
+        self.tasks: dict[tuple[str, int], PartitionTask] = {}
+        self.processed = 0
+        self.checkpoints = 0
+        self.last_checkpoint_seconds = 0.0
+        self.rebalances = 0
+        self.assigned_once = False
+        self.finished = False
+        self._idle_since: float | None = None
+        self._cooperative = "cooperative" in str(
+            client_config("consumer", bootstrap, pipeline, name).get("partition.assignment.strategy", "")
+        )
+
+        self.sink: KafkaSink
+        self.producer = Producer(
+            client_config(
+                "producer", bootstrap, pipeline, name,
+                **{"client.id": f"{self.group_id}-{instance}", "delivery.report.only.error": True},
+            )
+            | {"on_delivery": lambda err, msg: self.sink.on_delivery(err, msg)}
+        )
+        self.sink = KafkaSink(self.producer, pipeline, self.spec.outputs, hold=self.ordering.holds_output)
+        self.failures = FailurePolicy(self.spec.on_error, name, pipeline.dlq_topic(name), self.sink)
+        cls = import_processor_class(self.spec.class_)
+        self.processor: Processor = cls(config=self.spec.config, name=name)
+        self.engine = Engine(self.processor, name, self.spec, pipeline, self.sink, self.failures)
+        self.consumer = Consumer(
+            client_config(
+                "consumer", bootstrap, pipeline, name,
+                **{"group.id": self.group_id, "client.id": f"{self.group_id}-{instance}"},
+            )
+            | {"error_cb": self._on_client_error}
+        )
+
+    # ---------------------------------------------------------------- lifecycle
+    def run(self) -> None:
+        """Consume until stopped or idle, then take a final checkpoint. Raises WorkerFailed on error."""
+        self.engine.start()
+        self.consumer.subscribe(
+            list(self.spec.inputs), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+        interval = self.spec.checkpoint.interval
+        next_checkpoint = time.monotonic() + interval
+        error: BaseException | None = None
+        try:
+            while not self.stop_event.is_set():
+                msgs = self.consumer.consume(num_messages=self.spec.batch_size, timeout=0.1)
+                if msgs:
+                    self._handle(msgs)
+                self.producer.poll(0)
+                if self.engine.track_time and self.tasks:
+                    self.engine.fire_timers(self.tasks.values(), low_watermark(self.tasks.values(),
+                                                                                self.spec.event_time))
+                now = time.monotonic()
+                if now >= next_checkpoint or self.sink.held_count > MAX_HELD_OUTPUT:
+                    self.checkpoint()
+                    next_checkpoint = now + interval
+                if self.exit_when_idle is not None and self._idle(now):
+                    log.info("%s: inputs consumed and idle for %.1fs; stopping", self.name, self.exit_when_idle)
+                    break
+        except StopProcessing as exc:
+            error = exc
+        except BaseException as exc:  # a bug or a broken store: save nothing more, exit loudly
+            self._close(checkpoint=False)
+            raise WorkerFailed(f"processor `{self.name}` failed: {type(exc).__name__}: {exc}") from exc
+        self._close(checkpoint=True)
+        if error is not None:
+            raise WorkerFailed(str(error)) from error
+
+    def _handle(self, msgs: list[Any]) -> None:
+        good = []
+        for msg in msgs:
+            err = msg.error()
+            if err is None:
+                good.append(msg)
+            elif err.code() == KafkaError._PARTITION_EOF:
+                task = self.tasks.get((msg.topic(), msg.partition()))
+                if task is not None:
+                    task.at_eof = True
+            else:
+                log.warning("%s: consumer error: %s", self.name, err)
+        if good:
+            self._idle_since = None  # idle means: every partition reached its end once, then silence
+            self.processed += self.engine.process_messages(good, self._task_for)
+
+    def _task_for(self, topic: str, partition: int) -> PartitionTask:
+        return self.tasks[(topic, partition)]
+
+    def _idle(self, now: float) -> bool:
+        assert self.exit_when_idle is not None
+        caught_up = self.assigned_once and all(t.at_eof for t in self.tasks.values()) and self.upstream_done()
+        if not caught_up or self.sink.held_count:
+            self._idle_since = None
+            return False
+        if self._idle_since is None:
+            self._idle_since = now
+        return now - self._idle_since >= self.exit_when_idle
+
+    def _close(self, *, checkpoint: bool) -> None:
+        try:
+            if checkpoint:
+                self.checkpoint()
+            self.consumer.close()  # leaves the group; revocation callbacks checkpoint what is left
+        except Exception:
+            log.exception("%s: error while closing", self.name)
+        finally:
+            for task in list(self.tasks.values()):
+                if task.store is not None:
+                    task.store.close()
+            self.tasks.clear()
+            self.producer.flush(10)
+            self.processor.close()
+            self.finished = True
+
+    # ---------------------------------------------------------------- checkpoints
+    def checkpoint(self, tasks: Iterable[PartitionTask] | None = None) -> None:
+        """Run the ordering's steps over `tasks` (all by default). Raises on any failure."""
+        chosen = [t for t in (self.tasks.values() if tasks is None else tasks) if t.next_offset is not None]
+        if not chosen and not self.sink.held_count:
+            return
+        started = time.monotonic()
+        for step in self.ordering.steps:
+            self._run_step(step, chosen)
+        for task in chosen:
+            task.committed_offset = task.next_offset
+        self.checkpoints += 1
+        self.last_checkpoint_seconds = time.monotonic() - started
+
+    def _run_step(self, step: Step, tasks: list[PartitionTask]) -> None:
+        if step is Step.EMIT:
+            self.sink.release()
+            self.sink.flush()
+        elif step is Step.STATE:
+            for task in tasks:
+                if task.store is not None:
+                    task.store.save(state=True)
+        elif step is Step.OFFSETS:
+            for task in tasks:
+                if task.store is not None and task.next_offset != task.committed_offset:
+                    task.store.save(task.next_offset, state=False)
+            self._commit_kafka(tasks)
+        elif step is Step.STATE_AND_OFFSETS:
+            for task in tasks:
+                if task.store is not None:
+                    task.store.save(task.next_offset, state=True)
+            self._commit_kafka(tasks)
+        else:
+            raise WorkerFailed(f"step {step} is not run by this worker")
+
+    def _commit_kafka(self, tasks: list[PartitionTask]) -> None:
+        offsets = [
+            TopicPartition(t.topic, t.partition, t.next_offset)
+            for t in tasks
+            if t.next_offset is not None and t.next_offset != t.committed_offset
+        ]
+        if offsets:
+            try:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError._NO_OFFSET:
+                    raise
+
+    # ---------------------------------------------------------------- rebalances
+    def _store_path(self, topic: str, partition: int) -> Path:
+        return Path(self.spec.state.dir) / self.pipeline.pipeline / self.name / f"{topic}-{partition}"
+
+    def _open_task(self, topic: str, partition: int) -> PartitionTask:
+        store = None
+        if self.spec.stateful:
+            kv = RocksKV(self._store_path(topic, partition))
+            store = PartitionStore(kv, cache_entries=self.spec.state.cache_entries)
+        return PartitionTask(topic, partition, store)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        self.assigned_once = True
+        for tp in partitions:
+            task = self._open_task(tp.topic, tp.partition)
+            self.tasks[task.key] = task
+            tp.offset = task.next_offset if task.next_offset is not None else OFFSET_STORED
+        if partitions:
+            log.info("%s: assigned %s", self.name,
+                     ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions))
+        if self._cooperative:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.rebalances += 1
+        revoked = [self.tasks[k] for k in ((tp.topic, tp.partition) for tp in partitions) if k in self.tasks]
+        try:
+            self.checkpoint(revoked)
+        finally:
+            self._drop(revoked)
+            if self._cooperative:
+                consumer.incremental_unassign(partitions)
+            else:
+                consumer.unassign()
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """The partitions already belong to someone else: save nothing, forget buffered work."""
+        self.rebalances += 1
+        lost = [self.tasks[k] for k in ((tp.topic, tp.partition) for tp in partitions) if k in self.tasks]
+        log.warning("%s: lost %d partitions without a clean hand-over", self.name, len(lost))
+        for task in lost:
+            if task.state is not None:
+                task.state.discard_changes()
+        self._drop(lost)
+
+    def _drop(self, tasks: list[PartitionTask]) -> None:
+        for task in tasks:
+            if task.store is not None:
+                task.store.close()
+            self.tasks.pop(task.key, None)
+
+    def _on_client_error(self, err: KafkaError) -> None:
+        log.warning("%s: kafka: %s", self.name, err)

@@ -1,0 +1,220 @@
+"""The state of one input partition: user state, the next input offset, timers and staged changes.
+
+Key layout in the KV (one database per input partition):
+    b"s" + key           user state, value JSON (orjson)
+    b"t" + ts(8, BE) + key   a timer; value empty
+    b"\\x00o"             next input offset to read (8 bytes, big-endian)
+    b"\\x00m" + name      framework metadata (JSON)
+Writes are buffered in memory and land in one atomic batch at `commit`, so state and offsets
+saved together can never disagree.
+"""
+
+from __future__ import annotations
+
+import heapq
+import struct
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+import orjson
+
+from stylus.state.kv import KV
+
+_STATE = b"s"
+_TIMER = b"t"
+_OFFSET_KEY = b"\x00o"
+_META = b"\x00m"
+_MISSING: Any = object()
+_DELETED: Any = object()
+_TS = struct.Struct(">q")
+
+
+def _dumps(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+
+
+class StateMap(MutableMapping[str, Any]):
+    """`ctx.state`: reads go through a cache, writes are buffered until the next commit."""
+
+    __slots__ = ("_capacity", "_dirty", "_kv", "_values")
+
+    def __init__(self, kv: KV, capacity: int = 100_000) -> None:
+        self._kv = kv
+        self._values: dict[str, Any] = {}
+        self._dirty: set[str] = set()
+        self._capacity = capacity
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self._values.get(key, _MISSING)
+        if value is _MISSING:
+            value = self._load(key)
+        return default if value is _DELETED else value
+
+    def _load(self, key: str) -> Any:
+        if not isinstance(key, str):
+            raise TypeError(f"state keys are str, not {type(key).__name__} ({key!r})")
+        raw = self._kv.get(_STATE + key.encode("utf-8", "surrogateescape"))
+        value = _DELETED if raw is None else orjson.loads(raw)
+        self._values[key] = value
+        return value
+
+    def __getitem__(self, key: str) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if not isinstance(key, str):
+            raise TypeError(f"state keys are str, not {type(key).__name__} ({key!r})")
+        self._values[key] = value
+        self._dirty.add(key)
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self:
+            raise KeyError(key)
+        self._values[key] = _DELETED
+        self._dirty.add(key)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key, _MISSING) is not _MISSING
+
+    def _scan(self) -> Iterator[tuple[str, Any]]:
+        seen = set()
+        for raw_key, raw_value in self._kv.scan(_STATE):
+            key = raw_key[1:].decode("utf-8", "surrogateescape")
+            seen.add(key)
+            value = self._values.get(key, _MISSING)
+            if value is _MISSING:
+                value = orjson.loads(raw_value)
+            if value is not _DELETED:
+                yield key, value
+        for key in sorted(self._dirty - seen):
+            value = self._values[key]
+            if value is not _DELETED:
+                yield key, value
+
+    def items(self) -> Iterator[tuple[str, Any]]:  # type: ignore[override]
+        return self._scan()
+
+    def __iter__(self) -> Iterator[str]:
+        return (key for key, _ in self._scan())
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self._scan())
+
+    def changes(self) -> dict[bytes, bytes | None]:
+        """The buffered writes as KV changes (JSON encoding happens here, once per checkpoint)."""
+        out: dict[bytes, bytes | None] = {}
+        for key in self._dirty:
+            value = self._values[key]
+            out[_STATE + key.encode("utf-8", "surrogateescape")] = None if value is _DELETED else _dumps(value)
+        return out
+
+    def mark_clean(self) -> None:
+        self._dirty.clear()
+        if len(self._values) > self._capacity:
+            self._values.clear()
+
+    def discard_changes(self) -> None:
+        for key in self._dirty:
+            self._values.pop(key, None)
+        self._dirty.clear()
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self._dirty)
+
+
+class Timers:
+    """Event-time timers of one partition: a heap in memory, persisted with the state."""
+
+    def __init__(self, kv: KV) -> None:
+        self._heap: list[tuple[int, str]] = []
+        self._members: set[tuple[int, str]] = set()
+        self._changes: dict[bytes, bytes | None] = {}
+        for raw_key, _ in kv.scan(_TIMER):
+            entry = (_TS.unpack_from(raw_key, 1)[0], raw_key[9:].decode("utf-8", "surrogateescape"))
+            self._members.add(entry)
+            self._heap.append(entry)
+        heapq.heapify(self._heap)
+
+    @staticmethod
+    def _key(timestamp: int, key: str) -> bytes:
+        return _TIMER + _TS.pack(timestamp) + key.encode("utf-8", "surrogateescape")
+
+    def add(self, key: str, timestamp: int) -> None:
+        entry = (int(timestamp), key)
+        if entry in self._members:
+            return
+        self._members.add(entry)
+        heapq.heappush(self._heap, entry)
+        self._changes[self._key(*entry)] = b""
+
+    def pop_due(self, watermark: int) -> list[tuple[int, str]]:
+        due = []
+        while self._heap and self._heap[0][0] <= watermark:
+            entry = heapq.heappop(self._heap)
+            self._members.discard(entry)
+            self._changes[self._key(*entry)] = None
+            due.append(entry)
+        return due
+
+    def next_due(self) -> int | None:
+        return self._heap[0][0] if self._heap else None
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def take_changes(self) -> dict[bytes, bytes | None]:
+        changes, self._changes = self._changes, {}
+        return changes
+
+
+class PartitionStore:
+    """State, offsets and timers of one input partition in one KV."""
+
+    def __init__(self, kv: KV, *, cache_entries: int = 100_000) -> None:
+        self.kv = kv
+        self.state = StateMap(kv, cache_entries)
+        self.timers = Timers(kv)
+
+    # offsets ------------------------------------------------------------------------------
+    def stored_offset(self) -> int | None:
+        raw = self.kv.get(_OFFSET_KEY)
+        return None if raw is None else int(_TS.unpack(raw)[0])
+
+    @staticmethod
+    def offset_change(offset: int) -> dict[bytes, bytes | None]:
+        return {_OFFSET_KEY: _TS.pack(offset)}
+
+    # metadata -----------------------------------------------------------------------------
+    def meta(self, name: str) -> Any:
+        raw = self.kv.get(_META + name.encode())
+        return None if raw is None else orjson.loads(raw)
+
+    @staticmethod
+    def meta_change(name: str, value: Any) -> dict[bytes, bytes | None]:
+        return {_META + name.encode(): None if value is None else _dumps(value)}
+
+    # checkpoint pieces ----------------------------------------------------------------------
+    def state_changes(self) -> dict[bytes, bytes | None]:
+        """Buffered user-state and timer writes, not yet applied."""
+        changes = self.state.changes()
+        changes.update(self.timers.take_changes())
+        return changes
+
+    def apply(self, changes: dict[bytes, bytes | None]) -> None:
+        """Write `changes` (state and/or offsets) in one atomic batch and mark the cache clean."""
+        self.kv.write(changes)
+        self.state.mark_clean()
+
+    def save(self, offset: int | None = None, *, state: bool = True) -> None:
+        """Save buffered state and/or the offset atomically; both together is exactly-once state."""
+        changes: dict[bytes, bytes | None] = self.state_changes() if state else {}
+        if offset is not None:
+            changes.update(self.offset_change(offset))
+        self.apply(changes) if state else self.kv.write(changes)
+
+    def close(self) -> None:
+        self.kv.close()

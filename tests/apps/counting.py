@@ -1,0 +1,28 @@
+"""Small processors used by the tests."""
+
+from __future__ import annotations
+
+from stylus import Processor
+
+
+class WordCount(Processor):
+    """SPEC section 2's example: count per key, emit the running count."""
+
+    def process(self, record, ctx):
+        n = (ctx.state.get(record.key) or 0) + 1
+        ctx.state[record.key] = n
+        ctx.emit({"word": record.key, "count": n}, key=record.key)
+
+
+class Passthrough(Processor):
+    def process(self, record, ctx):
+        ctx.emit(record.value, key=record.key)
+
+
+class Failing(Processor):
+    """Raises on records whose value has `"fail": true`."""
+
+    def process(self, record, ctx):
+        if isinstance(record.value, dict) and record.value.get("fail"):
+            raise ValueError(f"bad record {record.value.get('id')}")
+        ctx.emit(record.value, key=record.key)

@@ -1,0 +1,83 @@
+"""Fixtures are factories: one real embedded broker per session, topics and pipelines per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stylus.config import Pipeline, load_pipeline
+from stylus.config.model import TopicSpec
+from stylus.kafka.admin import create_topics, delete_topics
+from stylus.kafka.broker import EmbeddedBroker
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker() as embedded:
+        yield embedded
+
+
+@pytest.fixture(scope="session")
+def bootstrap(broker: EmbeddedBroker) -> str:
+    return broker.bootstrap
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def topic_factory(bootstrap: str) -> Iterator[Callable[..., str]]:
+    """make_topic(prefix="t", partitions=1) -> a fresh topic name; deleted after the test."""
+    made: list[str] = []
+
+    def make(prefix: str = "t", partitions: int = 1) -> str:
+        name = unique(prefix)
+        create_topics(bootstrap, {name: TopicSpec(partitions=partitions)})
+        made.append(name)
+        return name
+
+    yield make
+    delete_topics(bootstrap, made)
+
+
+PipelineFactory = Callable[..., tuple[Path, Pipeline]]
+
+
+@pytest.fixture
+def pipeline_factory(tmp_path: Path, bootstrap: str) -> Iterator[PipelineFactory]:
+    """make_pipeline(doc) -> (path, Pipeline). Topic and pipeline names get a unique suffix so tests
+    never share Kafka state; every processor's state dir goes under tmp_path unless given."""
+    made_topics: list[str] = []
+
+    def make(doc: dict[str, Any], *, name: str = "p") -> tuple[Path, Pipeline]:
+        suffix = uuid.uuid4().hex[:6]
+        rename = {t: f"{t}-{suffix}" for t in doc["topics"]}
+        doc = dict(doc)
+        doc["pipeline"] = f"{doc.get('pipeline', name)}-{suffix}"
+        doc["topics"] = {rename[t]: spec for t, spec in doc["topics"].items()}
+        procs = {}
+        for pname, spec in doc["processors"].items():
+            spec = dict(spec)
+            spec["inputs"] = [rename.get(t, t) for t in spec.get("inputs", [])]
+            spec["outputs"] = [rename.get(t, t) for t in spec.get("outputs", [])]
+            state = dict(spec.get("state") or {})
+            state.setdefault("dir", str(tmp_path / "state"))
+            spec["state"] = state
+            procs[pname] = spec
+        doc["processors"] = procs
+        path = tmp_path / f"{doc['pipeline']}.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        made_topics.extend(rename.values())
+        made_topics.extend(f"{doc['pipeline']}.{p}.dlq" for p in procs)
+        return path, load_pipeline(path)
+
+    yield make
+    delete_topics(bootstrap, made_topics)

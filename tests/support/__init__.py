@@ -1,0 +1,1 @@
+"""Helpers shared by tests: producing, reading, running the CLI as a real process."""

@@ -1,6 +1,7 @@
 # Two commands matter on a fresh machine: `make demo` and `make test`. Both install first.
 PY      := .venv/bin/python
 STAMP   := .venv/.installed
+DEMO_ARGS ?= --duration 60
 export SPARK_LOCAL_IP ?= 127.0.0.1
 
 .PHONY: install demo test lint typecheck bench clean

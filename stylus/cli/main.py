@@ -26,6 +26,9 @@ def setup_logging(verbose: bool = False) -> None:
 
 
 def emit_result(text: str, output: str | None) -> None:
+    from stylus.config.secrets import scrub
+
+    text = scrub(text)  # no command prints a secret from the pipeline's kafka settings
     if output:
         Path(output).write_text(text)
         click.echo(f"wrote {output}", err=True)
@@ -59,7 +62,9 @@ class StylusGroup(click.Group):
         except Exception as exc:
             if os.environ.get("STYLUS_DEBUG"):
                 raise
-            click.echo(f"error: {type(exc).__name__}: {exc}", err=True)
+            from stylus.config.secrets import scrub
+
+            click.echo(scrub(f"error: {type(exc).__name__}: {exc}"), err=True)
             sys.exit(1)
 
 
@@ -122,8 +127,11 @@ def topics_create(pipeline_file: str, output: str | None) -> None:
               help="stop once every input has been fully consumed for this long")
 @click.option("--instance", default=None, help="instance id, for logs and client ids (default: host-pid)")
 @output_option
+@click.option("--metrics-port", type=int, default=None, metavar="N",
+              help="serve Prometheus /metrics, /healthz and /readyz on this port")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="address for --metrics-port")
 def run(pipeline_file: str, processors: tuple[str, ...], exit_when_idle: float | None,
-        instance: str | None, output: str | None) -> None:
+        instance: str | None, output: str | None, metrics_port: int | None, metrics_host: str) -> None:
     """Run processors (all when none is named) until SIGTERM/SIGINT."""
     import socket
 
@@ -138,7 +146,10 @@ def run(pipeline_file: str, processors: tuple[str, ...], exit_when_idle: float |
         click.echo(f"bootstrap servers: {bootstrap}", err=True)
         runner = PipelineRunner(pipeline, bootstrap, list(processors) or None, exit_when_idle=exit_when_idle,
                                 instance=instance or f"{socket.gethostname()}-{os.getpid()}")
-        code = runner.run()
+        from stylus.monitoring.server import serve_metrics
+
+        with serve_metrics(runner, metrics_port, metrics_host):
+            code = runner.run()
     summary = "\n".join(
         f"{name}: processed {w.processed} records, {w.checkpoints} checkpoints"
         + (f", FAILED: {runner.errors[name]}" if name in runner.errors else "")
@@ -179,6 +190,36 @@ def demo(duration: float | None, rate: int, pipeline_file: str | None, plain: bo
     from stylus.demo import run_demo
 
     sys.exit(run_demo(pipeline_file, duration=duration, rate=rate, plain=plain))
+
+
+# --- commands that live in their own modules register here, one line each --------------------------
+from stylus.cli.lag import lag  # noqa: E402
+
+cli.add_command(lag)
+from stylus.cli.alerts import alerts  # noqa: E402
+
+cli.add_command(alerts)
+from stylus.cli.dashboard import dashboard  # noqa: E402
+
+cli.add_command(dashboard)
+from stylus.cli.ui import ui  # noqa: E402
+
+cli.add_command(ui)
+from stylus.cli.deploy import deploy  # noqa: E402
+
+cli.add_command(deploy)
+from stylus.cli.dlq import dlq  # noqa: E402
+
+cli.add_command(dlq)
+from stylus.cli.backfill import backfill_command  # noqa: E402
+
+cli.add_command(backfill_command)
+from stylus.cli.replay import replay_command  # noqa: E402
+
+cli.add_command(replay_command)
+from stylus.cli.backup import backup  # noqa: E402
+
+cli.add_command(backup)
 
 
 def main() -> None:

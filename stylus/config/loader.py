@@ -21,6 +21,9 @@ from stylus.config.errors import PipelineError, Problem
 from stylus.config.model import NAME_PATTERN, FixableError, Pipeline
 
 MAX_FILE_BYTES = 1 << 20  # YAML bombs and accidental binaries stop here
+MAX_NODES = 100_000  # YAML nodes after alias expansion: a "billion laughs" file is small but expands
+MAX_DEPTH = 100  # nesting levels; real pipelines use < 10
+_YAML_FAILURES = (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError)
 
 
 def load_pipeline(
@@ -61,7 +64,11 @@ def parse_pipeline(
         pipeline = Pipeline.model_validate({**data, "source": file} if isinstance(data, dict) else data)
     except ValidationError as exc:
         raise PipelineError(file, [_problem_from(err, lines) for err in exc.errors()]) from exc
-    problems = check_references(pipeline)
+    try:
+        problems = check_references(pipeline)
+    except RecursionError as exc:  # a chain of processors longer than Python's recursion limit
+        raise PipelineError(file, [Problem("processors", "the processors form too long a chain to check",
+                                           "split the pipeline into several files")]) from exc
     if not problems and import_classes:
         problems = check_classes(pipeline)
     for i, problem in enumerate(problems):
@@ -69,7 +76,9 @@ def parse_pipeline(
             problems[i] = Problem(problem.path, problem.message, problem.fix, _line_for(problem.path, lines))
     if problems:
         raise PipelineError(file, problems)
-    return pipeline
+    from stylus.config.profiles import apply_profile_defaults  # STYLUS_PROFILE fills unset state dir/backup
+
+    return apply_profile_defaults(pipeline)
 
 
 # --- YAML with duplicate-key detection and a path -> line map -------------------------------
@@ -82,9 +91,13 @@ class _DuplicateKey(Exception):
 
 
 def _parse_yaml(text: str, file: str) -> tuple[Any, dict[str, int]]:
+    if len(text) > MAX_FILE_BYTES:
+        raise PipelineError(
+            file, [Problem("", f"the text is {len(text)} characters; the limit is {MAX_FILE_BYTES}", "split it up")]
+        )
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
+    except _YAML_FAILURES as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else None
         raise PipelineError(
@@ -92,6 +105,7 @@ def _parse_yaml(text: str, file: str) -> tuple[Any, dict[str, int]]:
         ) from exc
     if node is None:
         raise PipelineError(file, [Problem("", "the file is empty", "start with `pipeline: NAME`")])
+    _check_budget(node, file)
     lines: dict[str, int] = {}
     try:
         _walk(node, "", lines)
@@ -101,7 +115,35 @@ def _parse_yaml(text: str, file: str) -> tuple[Any, dict[str, int]]:
             file,
             [Problem(where, f"`{dup.key}` is defined twice", "give each entry its own name", dup.line)],
         ) from dup
-    return yaml.load(text, Loader=yaml.SafeLoader), lines
+    try:
+        return yaml.load(text, Loader=yaml.SafeLoader), lines
+    except _YAML_FAILURES as exc:  # e.g. an impossible date such as 2024-13-45
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else None
+        raise PipelineError(
+            file, [Problem("", f"not valid YAML: {getattr(exc, 'problem', None) or exc}", "fix the value", line)]
+        ) from exc
+
+
+def _check_budget(root: yaml.Node, file: str) -> None:
+    """Refuse documents that expand (through aliases) past MAX_NODES or nest deeper than MAX_DEPTH,
+    before anything walks them recursively."""
+    count = 0
+    stack: list[tuple[yaml.Node, int]] = [(root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > MAX_NODES or depth > MAX_DEPTH:
+            what = f"more than {MAX_NODES} values" if count > MAX_NODES else f"nesting deeper than {MAX_DEPTH}"
+            raise PipelineError(file, [Problem("", f"the document has {what} (after expanding aliases)",
+                                               "write a smaller pipeline; avoid repeated `*alias` expansion",
+                                               node.start_mark.line + 1)])
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                stack.append((key_node, depth + 1))
+                stack.append((value_node, depth + 1))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((item, depth + 1) for item in node.value)
 
 
 def _walk(node: yaml.Node, path: str, lines: dict[str, int]) -> None:
@@ -304,7 +346,14 @@ def check_classes(pipeline: Pipeline) -> list[Problem]:
     problems: list[Problem] = []
     for name, spec in pipeline.processors.items():
         try:
-            import_processor_class(spec.class_)
+            cls = import_processor_class(spec.class_)
         except ProcessorImportError as exc:
             problems.append(Problem(f"processors.{name}.class", str(exc), exc.fix))
+            continue
+        from stylus.monoid.backend import check_backend_class
+
+        wrong = check_backend_class(spec.state.backend, cls)
+        if wrong:
+            problems.append(Problem(f"processors.{name}.state.backend", wrong,
+                                    "use `backend: rocksdb`, or subclass stylus.monoid.MonoidProcessor"))
     return problems

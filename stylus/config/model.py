@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from stylus.config.durations import Duration
+from stylus.config.secrets import KafkaSettings
 
 Mode = Literal["at_least_once", "at_most_once", "exactly_once"]
 SerdeName = Literal["json", "string", "bytes"]
@@ -76,12 +77,29 @@ class BackupSpec(Frozen):
     uri: str = Field(pattern=r"^(file|hdfs|webhdfs)://")
     interval: Duration = 300.0
     keep: int = Field(5, ge=1)
+    timeout: Duration = 60.0  # per request to the backup target; a hung target fails the round after this
 
 
 class StateSpec(Frozen):
     dir: str = "./.stylus/state"
     backup: BackupSpec | None = None
     cache_entries: int = Field(100_000, ge=0)
+    # `postgres`: remote state for MonoidProcessor classes (stylus/monoid/), deltas + offsets per transaction
+    backend: Literal["rocksdb", "postgres"] = "rocksdb"
+    dsn: str | None = None  # libpq connection string, e.g. ${STYLUS_PG_DSN}; required by `postgres`
+    table: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")  # default: from pipeline+name
+
+    @model_validator(mode="after")
+    def _backend_settings(self) -> StateSpec:
+        if self.backend == "postgres" and not self.dsn:
+            raise FixableError(
+                "state backend `postgres` needs a connection string",
+                "add `dsn: ${STYLUS_PG_DSN}` (e.g. postgresql://user@host:5432/db) under `state`",
+            )
+        if self.backend == "postgres" and self.backup is not None:
+            raise FixableError("`backup` copies local RocksDB state; with `backend: postgres` the database is the "
+                               "durable copy", "remove `backup`, or use `backend: rocksdb`")
+        return self  # `dsn`/`table` are ignored by rocksdb, so `backend: ${VAR}` can switch a pipeline
 
 
 class EventTimeSpec(Frozen):
@@ -97,8 +115,15 @@ class DedupSpec(Frozen):
 
 
 class AlertSpec(Frozen):
-    lag_seconds: Duration = 60.0
-    for_: Duration = Field(300.0, alias="for")
+    """Thresholds for `stylus alerts` (Prometheus rules) and the status page."""
+
+    lag_seconds: Duration = 60.0  # oldest unprocessed record older than this ...
+    for_: Duration = Field(300.0, alias="for")  # ... for this long: page
+    growing_for: Duration = 600.0  # lag in messages rising steadily this long: warn
+    down_for: Duration = 60.0  # no running instance (or no scrape) this long: page
+    checkpoint_stale: Duration | None = None  # no checkpoint for this long; default max(3 x interval, 1m)
+    backup_stale: Duration | None = None  # no backup for this long; default 2 x backup interval + 1m
+    dead_letters: bool = True  # warn when records go to the dead-letter topic
 
 
 class ProcessorSpec(Frozen):
@@ -114,17 +139,28 @@ class ProcessorSpec(Frozen):
     on_error: ErrorPolicy = "dead_letter"
     dedup: DedupSpec | None = None
     batch_size: int = Field(2000, ge=1, le=100_000)
-    kafka: dict[str, Any] = Field(default_factory=dict)  # librdkafka overrides for this processor
+    kafka: KafkaSettings = Field(default_factory=dict)  # librdkafka overrides for this processor; secrets held
     alerts: AlertSpec = AlertSpec()
 
     @property
     def stateful(self) -> bool:
         return self.semantics.state is not None
 
+    @model_validator(mode="after")
+    def _remote_state_semantics(self) -> ProcessorSpec:
+        remote = self.state.backend == "postgres"
+        if remote and (self.semantics.state is None or self.semantics.output == "exactly_once"):
+            raise FixableError(
+                "state backend `postgres` commits state and offsets in a database transaction, which cannot "
+                "also be a Kafka transaction: it needs stateful semantics with output at_least_once or at_most_once",
+                "use `semantics: {state: exactly_once, output: at_least_once}` (or output: at_most_once)",
+            )
+        return self
+
 
 class Pipeline(Frozen):
     pipeline: str = Field(pattern=NAME_PATTERN)
-    kafka: dict[str, Any] = Field(default_factory=dict)
+    kafka: KafkaSettings = Field(default_factory=dict)  # secrets held as Secret (stylus/config/secrets.py)
     topics: dict[str, TopicSpec] = Field(min_length=1)
     processors: dict[str, ProcessorSpec] = Field(min_length=1)
     source: str = Field("<memory>", exclude=True)

@@ -3,14 +3,23 @@ fire timers. Kafka-free: the runtime hands it consumed messages, backfill hands 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+import orjson
+
 from stylus.api import Processor, Record
 from stylus.config.model import Pipeline, ProcessorSpec
+from stylus.core.message import RawMessage
 from stylus.core.sink import Sink
 from stylus.core.task import NO_TIME, PartitionTask
-from stylus.serde import decode_key, decoder
+from stylus.eventtime.clock import META_KEY, clock_of
+from stylus.eventtime.control import decode as decode_control
+from stylus.eventtime.control import is_control
+from stylus.eventtime.late import LateHandler
+from stylus.eventtime.tracker import WatermarkTracker
+from stylus.serde import decode_key, decoder, encode_key
 
 
 class StopProcessing(Exception):
@@ -38,19 +47,25 @@ class RaiseFailures:
 class EngineContext:
     """The `ctx` handed to the processor; its fields are repointed per record, not rebuilt."""
 
-    __slots__ = ("_default_topic", "_sink", "_task", "_timestamp", "engine", "processor_name", "record", "state",
-                 "watermark")
+    __slots__ = ("_default_topic", "_outputs", "_pending", "_sink", "_task", "_timer", "_timestamp", "engine",
+                 "event_time", "processor_name", "record", "state", "watermark")
 
     def __init__(self, engine: Engine, name: str, default_topic: str | None) -> None:
         self.engine = engine
         self.processor_name = name
         self.state: Any = None
         self.record: Record | None = None
-        self.watermark = NO_TIME
+        self.watermark = NO_TIME  # the processor's low watermark, or the partition's restored floor if higher
+        self.event_time = NO_TIME  # the current record's event time (when the processor works in event time)
         self._task: PartitionTask | None = None
+        self._timer: tuple[int, str] | None = None  # (timestamp, key) while on_timer runs
         self._timestamp = 0
         self._sink = engine.sink
         self._default_topic = default_topic
+        self._outputs = frozenset(engine.spec.outputs)
+        # While a record (or timer) runs, its emits wait here and reach the sink only if it succeeds:
+        # a record that fails leaves no partial output behind (stylus/runtime/failures.py).
+        self._pending: list[tuple[Any, ...]] | None = None
 
     def emit(
         self,
@@ -63,7 +78,14 @@ class EngineContext:
         target = topic or self._default_topic
         if target is None:
             raise ValueError(f"processor `{self.processor_name}` has no outputs to emit to")
-        self._sink(target, key, value, self._timestamp if timestamp is None else int(timestamp), headers)
+        if target not in self._outputs:
+            raise ValueError(f"emitted to `{target}`, which is not among the processor's outputs")
+        ts = self._timestamp if timestamp is None else int(timestamp)
+        pending = self._pending
+        if pending is not None:
+            pending.append((self._sink, target, key, value, ts, headers))
+        else:
+            self._sink(target, key, value, ts, headers)
 
     def set_timer(self, key: str, timestamp: int) -> None:
         task = self._task
@@ -89,10 +111,17 @@ class Engine:
         self.spec = spec
         self.sink = sink
         self.failures = failures
-        self.decoders = {t: decoder(pipeline.topics[t].serde) for t in spec.inputs}
+        # a processor with `raw_input = True` (the archiver) gets the value bytes exactly as on the topic
+        raw = bool(getattr(processor, "raw_input", False))
+        self.decoders = {t: decoder("bytes" if raw else pipeline.topics[t].serde) for t in spec.inputs}
         self.ctx = EngineContext(self, name, spec.outputs[0] if spec.outputs else None)
         self.event_field = spec.event_time.field if spec.event_time else None
         self.track_time = spec.event_time is not None or type(processor).on_timer is not Processor.on_timer
+        self.watermark = NO_TIME  # the processor's low watermark (monotonic); see stylus/eventtime
+        self.watermarks = WatermarkTracker(spec.event_time, pipeline, spec.inputs)
+        self.late = LateHandler(pipeline, name, processor, sink)
+        self.check_late = spec.event_time is not None  # `event_time.late` applies only where it is configured
+        self.control_records = 0
         self._started = False
 
     def start(self) -> None:
@@ -111,7 +140,13 @@ class Engine:
         last_partition = -1
         task: Any = None
         decode: Any = None
+        undo: Any = None
+        pending: list[tuple[Any, ...]] = []
         count = 0
+        now = time.monotonic()
+        late_mark = NO_TIME
+        sketch: Any = None
+        clock: Any = None
         for msg in msgs:
             topic = msg.topic()
             partition = msg.partition()
@@ -120,8 +155,26 @@ class Engine:
                 decode = self.decoders[topic]
                 ctx.state = task.state
                 ctx._task = task
+                ctx._sink = task.sink or self.sink
+                undo = task.state.journal() if task.state is not None else None
                 last_topic, last_partition = topic, partition
+                clock = clock_of(task)
+                clock.last_active = now
+                task.at_eof = False
+                ctx.watermark = max(self.watermark, clock.floor)
+                late_mark = ctx.watermark if self.check_late else NO_TIME
+                if track_time and clock.sketch is None:
+                    clock.sketch = self.watermarks.new_sketch()
+                sketch = clock.sketch
             offset = msg.offset()
+            raw_headers = msg.headers()
+            if raw_headers and is_control(raw_headers):  # an upstream watermark: never user input
+                report = decode_control(msg.value())
+                if report is not None:
+                    clock.report(*report)
+                self.control_records += 1
+                task.next_offset = offset + 1
+                continue
             try:
                 raw = msg.value()
                 value = None if raw is None else decode(raw)
@@ -130,45 +183,135 @@ class Engine:
                 task.next_offset = offset + 1
                 continue
             timestamp = msg.timestamp()[1]
-            raw_headers = msg.headers()
             record = Record(
                 decode_key(msg.key()), value, timestamp, topic, partition, offset,
                 dict(raw_headers) if raw_headers else None,
             )
             if track_time:
-                event_time = _event_time(value, field, timestamp)
+                if field is not None and type(value) is dict and type(event_time := value.get(field)) is int:
+                    pass  # the common case, without a call
+                else:
+                    event_time = _event_time(value, field, timestamp)
                 if event_time > task.max_event_time:
                     task.max_event_time = event_time
+                    if sketch is not None:
+                        sketch.add_in_order()
+                elif sketch is not None:
+                    sketch.add(task.max_event_time - event_time)
+                ctx.event_time = event_time
+                if event_time < late_mark and self.late(msg, record.key, value, event_time, late_mark, ctx._sink):
+                    task.next_offset = offset + 1
+                    count += 1
+                    continue
             ctx.record = record
             ctx._timestamp = timestamp
+            ctx._pending = pending
+            if undo:
+                undo.clear()  # the journal covers exactly this record's writes
             try:
                 process(record, ctx)
+                if pending:
+                    _release(pending)
             except StopProcessing:
+                ctx._pending = None
+                _undo(task, pending)
                 raise
             except Exception as exc:
+                ctx._pending = None
+                _undo(task, pending)  # a failing record leaves no state change and no output behind
                 failures(msg, exc, "process", task)
+            ctx._pending = None
             task.next_offset = offset + 1
             count += 1
         return count
 
     def fire_timers(self, tasks: Iterable[PartitionTask], watermark: int) -> int:
-        """Advance `ctx.watermark` and call `on_timer` for every timer it passed, oldest first."""
-        if watermark <= self.ctx.watermark:
+        """Advance the watermark and call `on_timer` for every timer it passed, oldest first."""
+        if watermark <= self.watermark:
             return 0
+        self.watermark = watermark
         ctx = self.ctx
         ctx.watermark = watermark
         fired = 0
         for task in tasks:
             if task.store is None:
                 continue
-            for timestamp, key in task.store.timers.pop_due(watermark):
+            due = task.store.timers.pop_due(watermark)
+            for i, (timestamp, key) in enumerate(due):
                 ctx.state = task.state
                 ctx._task = task
+                ctx._sink = task.sink or self.sink
                 ctx.record = None
+                ctx._timer = (timestamp, key)
                 ctx._timestamp = timestamp
-                self.processor.on_timer(key, timestamp, ctx)
+                try:
+                    self._fire_one(task, key, timestamp)
+                except StopProcessing:  # on_error: stop. The final checkpoint keeps the unfired timers.
+                    for entry in due[i:]:
+                        task.store.timers.add(entry[1], entry[0])
+                    ctx._timer = None
+                    raise
                 fired += 1
+        ctx._timer = None
         return fired
+
+    def advance_time(self, tasks: Iterable[PartitionTask], now: float | None = None) -> int:
+        """Recompute the low watermark from the partitions, fire the timers it passed, and remember it in
+        each partition's state (its floor after a restart). Returns the number of timers fired."""
+        tasks = list(tasks)
+        fired = self.fire_timers(tasks, self.watermarks.low_watermark(tasks, now))
+        mark = self.watermark
+        for task in tasks:
+            clock = clock_of(task)
+            if clock.floor < mark:
+                clock.floor = mark
+            if task.store is not None:
+                snapshot = clock.snapshot()
+                if snapshot is not None:
+                    task.store.set_meta(META_KEY, snapshot)
+        return fired
+
+    def _fire_one(self, task: PartitionTask, key: str, timestamp: int) -> None:
+        """One `on_timer` call, atomic like a record: on failure its state writes and emits are undone and
+        the failure policy gets a stand-in message (stage `timer`) carrying the timer as JSON."""
+        ctx = self.ctx
+        undo = task.state.journal() if task.state is not None else None
+        pending: list[tuple[Any, ...]] = []
+        ctx._pending = pending
+        if undo:
+            undo.clear()
+        try:
+            self.processor.on_timer(key, timestamp, ctx)
+            if pending:
+                _release(pending)
+        except StopProcessing:
+            ctx._pending = None
+            _undo(task, pending)
+            raise
+        except Exception as exc:
+            ctx._pending = None
+            _undo(task, pending)
+            self.failures(timer_message(task, key, timestamp), exc, "timer", task)
+        ctx._pending = None
+
+
+def timer_message(task: PartitionTask, key: str, timestamp: int) -> RawMessage:
+    """A failed timer as a message for the failure policy: offset -1, the timer as a JSON value."""
+    value = orjson.dumps({"timer": key, "timestamp": timestamp})
+    return RawMessage(task.topic, task.partition, -1, encode_key(key), value, timestamp, None)
+
+
+def _release(pending: list[tuple[Any, ...]]) -> None:
+    """Hand a successful record's emits to their sink, in order."""
+    for sink, target, key, value, ts, headers in pending:
+        sink(target, key, value, ts, headers)
+    pending.clear()
+
+
+def _undo(task: PartitionTask, pending: list[tuple[Any, ...]]) -> None:
+    pending.clear()
+    if task.state is not None:
+        task.state.rollback()
 
 
 def _event_time(value: Any, field: str | None, timestamp: int) -> int:

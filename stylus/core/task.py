@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from stylus.state.store import PartitionStore, StateMap
 
@@ -13,10 +14,12 @@ class PartitionTask:
     __slots__ = (
         "assigned_at",
         "at_eof",
+        "clock",
         "committed_offset",
         "max_event_time",
         "next_offset",
         "partition",
+        "sink",
         "state",
         "store",
         "topic",
@@ -27,10 +30,12 @@ class PartitionTask:
         self.partition = partition
         self.store = store
         self.state: StateMap | None = store.state if store is not None else None
+        self.sink: Any = None  # a per-partition sink (exactly-once output: one transaction per partition)
         stored = store.stored_offset() if store is not None else None
         self.next_offset: int | None = stored  # next input offset to process
         self.committed_offset: int | None = stored  # last offset saved by a checkpoint
         self.max_event_time = NO_TIME
+        self.clock: Any = None  # stylus.eventtime.clock.PartitionClock, made on first use (clock_of)
         self.at_eof = False
         self.assigned_at = time.monotonic()
 

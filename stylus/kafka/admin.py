@@ -72,4 +72,7 @@ def pipeline_topics(pipeline: Pipeline) -> dict[str, TopicSpec]:
             width = max(pipeline.topics[t].partitions for t in spec.inputs)
             dlq = TopicSpec(partitions=width, serde="bytes", replication_factor=1)
             topics.setdefault(pipeline.dlq_topic(name), dlq)
+        if spec.event_time is not None and spec.event_time.late == "topic":  # late records (stylus/eventtime)
+            width = max(pipeline.topics[t].partitions for t in spec.inputs)
+            topics.setdefault(f"{pipeline.pipeline}.{name}.late", TopicSpec(partitions=width, serde="bytes"))
     return topics

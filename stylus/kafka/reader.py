@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from stylus.core.message import RawMessage
+from stylus.eventtime.control import is_control
 from stylus.kafka.offsets import end_offsets, topic_partitions
 
 
@@ -55,6 +56,12 @@ def read_range(
                     del remaining[key]
                     continue
                 ts = msg.timestamp()[1]
+                headers = msg.headers()
+                if headers and is_control(headers):  # a watermark control record: not data
+                    if msg.offset() + 1 >= end:
+                        del remaining[key]
+                        consumer.incremental_unassign([TopicPartition(*key)])
+                    continue
                 yield RawMessage(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), ts,
                                  msg.headers())
                 if msg.offset() + 1 >= end:

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from stylus.config.model import Pipeline
+from stylus.config.profiles import active_profile, profile_kafka
+from stylus.config.secrets import reveal
 
 BOOTSTRAP_ENV = "STYLUS_BOOTSTRAP_SERVERS"
 
@@ -42,7 +44,7 @@ _ROLE_KEYS = ("consumer", "producer", "admin")
 
 
 def bootstrap_from(pipeline: Pipeline | None) -> str | None:
-    """`STYLUS_BOOTSTRAP_SERVERS` wins over the YAML; None means: use the embedded broker."""
+    """`STYLUS_BOOTSTRAP_SERVERS` > the YAML > the `STYLUS_PROFILE`; None means: use the embedded broker."""
     env = os.environ.get(BOOTSTRAP_ENV)
     if env:
         return env
@@ -50,7 +52,8 @@ def bootstrap_from(pipeline: Pipeline | None) -> str | None:
         value = pipeline.kafka.get("bootstrap.servers")
         if value:
             return str(value)
-    return None
+    profile = active_profile()  # STYLUS_PROFILE (stylus/config/profiles.py)
+    return profile.bootstrap if profile is not None else None
 
 
 def _common(block: Mapping[str, Any]) -> dict[str, Any]:
@@ -75,7 +78,7 @@ def client_config(
         config.update(CONSUMER_DEFAULTS)
     elif role == "producer":
         config.update(PRODUCER_DEFAULTS)
-    blocks: list[Mapping[str, Any]] = []
+    blocks: list[Mapping[str, Any]] = [profile_kafka()]  # the STYLUS_PROFILE's settings, under the YAML's
     if pipeline is not None:
         blocks.append(pipeline.kafka)
         if processor is not None:
@@ -85,6 +88,7 @@ def client_config(
         config.update(_role(block, role))
     config.update(extra)
     config["bootstrap.servers"] = bootstrap
+    config = {k: reveal(v) for k, v in config.items()}  # librdkafka gets the real text of Secret values
     if role == "admin":
         for key in list(config):
             if key not in ("bootstrap.servers", "client.id") and not key.startswith(("security.", "sasl.", "ssl.")):

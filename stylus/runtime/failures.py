@@ -13,6 +13,14 @@ from stylus.runtime.sink import KafkaSink
 
 log = logging.getLogger(__name__)
 
+#: Headers the dead-letter path adds (documented in docs/faults.md). A record that fails again after
+#: `stylus dlq --reinject` carries only the newest set: older ones are dropped, never duplicated.
+ERROR_HEADER_PREFIXES = ("stylus.error", "stylus.source.", "stylus.processor")
+
+
+def without_error_headers(headers: list[tuple[str, bytes]] | None) -> list[tuple[str, bytes]]:
+    return [h for h in headers or [] if not h[0].startswith(ERROR_HEADER_PREFIXES)]
+
 
 def error_headers(msg: Any, exc: BaseException, stage: str) -> list[tuple[str, bytes]]:
     lines = traceback.format_exception_only(type(exc), exc)
@@ -48,9 +56,11 @@ class FailurePolicy:
                 f"processor `{self.processor}`: {stage} failed at {where}: {type(exc).__name__}: {exc}",
                 msg.offset(),
             ) from exc
-        if self.policy == "dead_letter" and self.sink is not None:
-            headers = list(msg.headers() or []) + error_headers(msg, exc, stage)
-            self.sink.send(self.dlq_topic, msg.value(), msg.key(), msg.timestamp()[1], headers)
+        sink = task.sink or self.sink  # exactly-once: the dead letter joins the partition's transaction
+        if self.policy == "dead_letter" and sink is not None:
+            headers = without_error_headers(msg.headers()) + error_headers(msg, exc, stage)
+            headers.append(("stylus.processor", self.processor.encode()))
+            sink.send(self.dlq_topic, msg.value(), msg.key(), msg.timestamp()[1], headers)
             self.dead_lettered += 1
         else:
             self.skipped += 1

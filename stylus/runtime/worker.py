@@ -19,11 +19,16 @@ from stylus.api import Processor, import_processor_class
 from stylus.config.model import Pipeline
 from stylus.core.engine import Engine, StopProcessing
 from stylus.core.task import PartitionTask
-from stylus.core.watermark import low_watermark
+from stylus.eventtime.driver import WorkerEventTime
 from stylus.kafka.settings import client_config
+from stylus.monoid.backend import remote_state_for
 from stylus.runtime.checkpoint import Ordering, Step, ordering_for
 from stylus.runtime.failures import FailurePolicy
+from stylus.runtime.faults import FaultInjector
 from stylus.runtime.sink import KafkaSink
+from stylus.runtime.stats import WorkerStats
+from stylus.runtime.transactions import Fenced, TransactionalPartition, output_marks
+from stylus.state.backup import BackupManager
 from stylus.state.kv import RocksKV
 from stylus.state.store import PartitionStore
 
@@ -57,12 +62,13 @@ class Worker:
         self.exit_when_idle = exit_when_idle
         self.upstream_done = upstream_done
         self.ordering = ordering or ordering_for(self.spec.semantics.state, self.spec.semantics.output)
-        if self.ordering.transactional:
-            raise WorkerFailed(f"processor `{name}`: exactly-once output needs the transactional runtime")
         self.instance = instance
         self.group_id = pipeline.group_id(name)
         self.tasks: dict[tuple[str, int], PartitionTask] = {}
+        self.txns: dict[tuple[str, int], TransactionalPartition] = {}  # exactly-once output only
+        self.faults = FaultInjector()
         self.processed = 0
+        self.stats = WorkerStats()  # timings read by stylus.monitoring at scrape time
         self.checkpoints = 0
         self.last_checkpoint_seconds = 0.0
         self.rebalances = 0
@@ -85,7 +91,12 @@ class Worker:
         self.failures = FailurePolicy(self.spec.on_error, name, pipeline.dlq_topic(name), self.sink)
         cls = import_processor_class(self.spec.class_)
         self.processor: Processor = cls(config=self.spec.config, name=name)
+        self.remote_state = remote_state_for(pipeline, name, self.processor)  # None: local RocksDB state
         self.engine = Engine(self.processor, name, self.spec, pipeline, self.sink, self.failures)
+        self.event_time = WorkerEventTime(  # watermarks, timers, late-record counters (stylus/eventtime)
+            pipeline, name, instance, self.producer, self.engine,
+            eager=not (self.ordering.holds_output or self.ordering.transactional))
+        self.backups = BackupManager.for_worker(pipeline, name)  # None: no state.backup configured
         self.consumer = Consumer(
             client_config(
                 "consumer", bootstrap, pipeline, name,
@@ -111,12 +122,13 @@ class Worker:
                     self._handle(msgs)
                 self.producer.poll(0)
                 if self.engine.track_time and self.tasks:
-                    self.engine.fire_timers(self.tasks.values(), low_watermark(self.tasks.values(),
-                                                                                self.spec.event_time))
+                    self.event_time.tick(self.tasks.values())
                 now = time.monotonic()
                 if now >= next_checkpoint or self.sink.held_count > MAX_HELD_OUTPUT:
                     self.checkpoint()
                     next_checkpoint = now + interval
+                    if self.backups is not None:  # a RocksDB checkpoint now, uploaded in the background
+                        self.backups.after_checkpoint(self.tasks.values())
                 if self.exit_when_idle is not None and self._idle(now):
                     log.info("%s: inputs consumed and idle for %.1fs; stopping", self.name, self.exit_when_idle)
                     break
@@ -131,19 +143,24 @@ class Worker:
 
     def _handle(self, msgs: list[Any]) -> None:
         good = []
+        eofs = []
         for msg in msgs:
             err = msg.error()
             if err is None:
                 good.append(msg)
             elif err.code() == KafkaError._PARTITION_EOF:
-                task = self.tasks.get((msg.topic(), msg.partition()))
-                if task is not None:
-                    task.at_eof = True
+                eofs.append(msg)
             else:
                 log.warning("%s: consumer error: %s", self.name, err)
         if good:
             self._idle_since = None  # idle means: every partition reached its end once, then silence
-            self.processed += self.engine.process_messages(good, self._task_for)
+            started = time.monotonic()
+            self.processed += self.engine.process_messages(good, self._task_for)  # clears at_eof
+            self.stats.batch.observe(time.monotonic() - started)
+        for msg in eofs:  # after the records: an EOF followed by newer records in the batch is stale
+            task = self.tasks.get((msg.topic(), msg.partition()))
+            if task is not None and (task.next_offset is None or msg.offset() >= task.next_offset):
+                task.at_eof = True
 
     def _task_for(self, topic: str, partition: int) -> PartitionTask:
         return self.tasks[(topic, partition)]
@@ -166,11 +183,12 @@ class Worker:
         except Exception:
             log.exception("%s: error while closing", self.name)
         finally:
-            for task in list(self.tasks.values()):
-                if task.store is not None:
-                    task.store.close()
-            self.tasks.clear()
+            for txn in self.txns.values():
+                txn.abort()  # after a final checkpoint the open transaction is empty
+            self._drop(list(self.tasks.values()))
             self.producer.flush(10)
+            if self.backups is not None:
+                self.backups.close()
             self.processor.close()
             self.finished = True
 
@@ -181,12 +199,16 @@ class Worker:
         if not chosen and not self.sink.held_count:
             return
         started = time.monotonic()
+        watermark = self.engine.watermark  # what the output saved by this checkpoint covers
         for step in self.ordering.steps:
             self._run_step(step, chosen)
+            self.faults.passed(step.value)
         for task in chosen:
             task.committed_offset = task.next_offset
+        self.event_time.after_checkpoint(watermark, self.tasks.values())
         self.checkpoints += 1
         self.last_checkpoint_seconds = time.monotonic() - started
+        self.stats.checkpoint.observe(self.last_checkpoint_seconds)
 
     def _run_step(self, step: Step, tasks: list[PartitionTask]) -> None:
         if step is Step.EMIT:
@@ -206,8 +228,49 @@ class Worker:
                 if task.store is not None:
                     task.store.save(task.next_offset, state=True)
             self._commit_kafka(tasks)
+        elif step is Step.TRANSACTION:
+            self._commit_transactions(tasks)
         else:
             raise WorkerFailed(f"step {step} is not run by this worker")
+
+    def _commit_transactions(self, tasks: list[PartitionTask]) -> None:
+        """T1-T5 of stylus/runtime/transactions.py for every partition with progress."""
+        staged = []
+        for task in tasks:
+            txn = self.txns[task.key]
+            try:
+                changes = txn.stage_and_send_offsets()
+                if changes is not None:
+                    self.faults.passed("txn.stage")
+                    started = time.monotonic()
+                    txn.commit()
+                    self.stats.commit.observe(time.monotonic() - started)
+                    self.faults.passed("txn.commit")
+                    staged.append((txn, changes))
+            except Fenced as exc:
+                self._fenced(task, exc)
+        if staged:
+            marks = output_marks(self.consumer, self.pipeline, self.spec.outputs)
+            for txn, changes in staged:
+                txn.apply(changes, marks)
+                self.faults.passed("txn.apply")
+        for task in tasks:
+            if task.key in self.txns:
+                self.txns[task.key].begin()
+
+    def _fenced(self, task: PartitionTask, exc: Exception) -> None:
+        """A newer instance owns the partition: forget our uncommitted work and let go of it."""
+        log.error("%s: %s; giving up %s[%d]", self.name, exc, task.topic, task.partition)
+        if task.state is not None:
+            task.state.discard_changes()
+        if task.store is not None:
+            task.store.discard_staged()
+        self._drop([task])
+        try:
+            tp = [TopicPartition(task.topic, task.partition)]
+            self.consumer.incremental_unassign(tp) if self._cooperative else self.consumer.unassign()
+        except KafkaException as unassign_error:  # already being revoked
+            log.debug("%s: unassign after fencing: %s", self.name, unassign_error)
 
     def _commit_kafka(self, tasks: list[PartitionTask]) -> None:
         offsets = [
@@ -228,10 +291,25 @@ class Worker:
 
     def _open_task(self, topic: str, partition: int) -> PartitionTask:
         store = None
-        if self.spec.stateful:
+        if self.remote_state is not None:  # monoid state in PostgreSQL: resume offset from its offsets table
+            store = self.remote_state.open(topic, partition)
+        elif self.spec.stateful or self.ordering.transactional:  # exactly-once keeps its output marks there
+            if self.backups is not None:  # missing or older than the newest backup: restore it first
+                self.backups.restore_if_newer(topic, partition, self._store_path(topic, partition), self.consumer)
             kv = RocksKV(self._store_path(topic, partition))
             store = PartitionStore(kv, cache_entries=self.spec.state.cache_entries)
-        return PartitionTask(topic, partition, store)
+        task = PartitionTask(topic, partition, store)
+        if self.backups is not None:  # group committed past the state: replay the gap, output suppressed
+            self.backups.catch_up(task, self.engine, self.consumer, self.bootstrap)
+        if self.ordering.transactional:
+            txn = TransactionalPartition(task, self.pipeline, self.name, self.bootstrap, self.consumer,
+                                         self.engine.ctx, self.instance)
+            committed = txn.recover()
+            if committed is not None:
+                task.next_offset = task.committed_offset = committed
+            task.sink = txn.sink
+            self.txns[task.key] = txn
+        return task
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
@@ -266,12 +344,20 @@ class Worker:
         lost = [self.tasks[k] for k in ((tp.topic, tp.partition) for tp in partitions) if k in self.tasks]
         log.warning("%s: lost %d partitions without a clean hand-over", self.name, len(lost))
         for task in lost:
+            txn = self.txns.get(task.key)
+            if txn is not None:
+                txn.abort()
             if task.state is not None:
                 task.state.discard_changes()
         self._drop(lost)
 
     def _drop(self, tasks: list[PartitionTask]) -> None:
         for task in tasks:
+            if self.tasks.get(task.key) is not task:
+                continue
+            txn = self.txns.pop(task.key, None)
+            if txn is not None:
+                txn.close()
             if task.store is not None:
                 task.store.close()
             self.tasks.pop(task.key, None)

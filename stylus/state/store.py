@@ -5,6 +5,8 @@ Key layout in the KV (one database per input partition):
     b"t" + ts(8, BE) + key   a timer; value empty
     b"\\x00o"             next input offset to read (8 bytes, big-endian)
     b"\\x00m" + name      framework metadata (JSON)
+    b"\\x00x"             a staged checkpoint (exactly-once output): offset + state changes, applied or
+                         discarded on recovery depending on whether its Kafka transaction committed
 Writes are buffered in memory and land in one atomic batch at `commit`, so state and offsets
 saved together can never disagree.
 """
@@ -24,9 +26,42 @@ _STATE = b"s"
 _TIMER = b"t"
 _OFFSET_KEY = b"\x00o"
 _META = b"\x00m"
+_STAGED = b"\x00x"
 _MISSING: Any = object()
 _DELETED: Any = object()
 _TS = struct.Struct(">q")
+_LEN = struct.Struct(">i")
+
+
+def encode_changes(offset: int, changes: dict[bytes, bytes | None]) -> bytes:
+    parts = [_TS.pack(offset)]
+    for key, value in changes.items():
+        parts.append(_LEN.pack(len(key)))
+        parts.append(key)
+        if value is None:
+            parts.append(_LEN.pack(-1))
+        else:
+            parts.append(_LEN.pack(len(value)))
+            parts.append(value)
+    return b"".join(parts)
+
+
+def decode_changes(blob: bytes) -> tuple[int, dict[bytes, bytes | None]]:
+    offset = _TS.unpack_from(blob, 0)[0]
+    pos = 8
+    changes: dict[bytes, bytes | None] = {}
+    while pos < len(blob):
+        (klen,) = _LEN.unpack_from(blob, pos)
+        key = blob[pos + 4 : pos + 4 + klen]
+        pos += 4 + klen
+        (vlen,) = _LEN.unpack_from(blob, pos)
+        pos += 4
+        if vlen < 0:
+            changes[key] = None
+        else:
+            changes[key] = blob[pos : pos + vlen]
+            pos += vlen
+    return offset, changes
 
 
 def _dumps(value: Any) -> bytes:
@@ -36,13 +71,14 @@ def _dumps(value: Any) -> bytes:
 class StateMap(MutableMapping[str, Any]):
     """`ctx.state`: reads go through a cache, writes are buffered until the next commit."""
 
-    __slots__ = ("_capacity", "_dirty", "_kv", "_values")
+    __slots__ = ("_capacity", "_dirty", "_kv", "_undo", "_values")
 
     def __init__(self, kv: KV, capacity: int = 100_000) -> None:
         self._kv = kv
         self._values: dict[str, Any] = {}
         self._dirty: set[str] = set()
         self._capacity = capacity
+        self._undo: dict[str, tuple[Any, bool]] | None = None  # see journal()
 
     def get(self, key: str, default: Any = None) -> Any:
         value = self._values.get(key, _MISSING)
@@ -67,12 +103,18 @@ class StateMap(MutableMapping[str, Any]):
     def __setitem__(self, key: str, value: Any) -> None:
         if not isinstance(key, str):
             raise TypeError(f"state keys are str, not {type(key).__name__} ({key!r})")
+        undo = self._undo
+        if undo is not None and key not in undo:
+            undo[key] = (self._values.get(key, _MISSING), key in self._dirty)
         self._values[key] = value
         self._dirty.add(key)
 
     def __delitem__(self, key: str) -> None:
         if key not in self:
             raise KeyError(key)
+        undo = self._undo
+        if undo is not None and key not in undo:
+            undo[key] = (self._values[key], key in self._dirty)
         self._values[key] = _DELETED
         self._dirty.add(key)
 
@@ -94,6 +136,21 @@ class StateMap(MutableMapping[str, Any]):
             if value is not _DELETED:
                 yield key, value
 
+    def scan_prefix(self, prefix: str) -> list[tuple[str, Any]]:
+        """Entries whose key starts with `prefix`, in key order, buffered writes included. Keys laid out
+        behind a sortable prefix (stylus.windows) make this one contiguous RocksDB range read, and
+        deleting what it returns is a range delete in the next checkpoint batch."""
+        raw_prefix = _STATE + prefix.encode("utf-8", "surrogateescape")
+        found: dict[str, Any] = {}
+        for raw_key, raw_value in self._kv.scan(raw_prefix):
+            key = raw_key[1:].decode("utf-8", "surrogateescape")
+            value = self._values.get(key, _MISSING)
+            found[key] = orjson.loads(raw_value) if value is _MISSING else value
+        for key in self._dirty:
+            if key.startswith(prefix):
+                found[key] = self._values[key]
+        return sorted(((k, v) for k, v in found.items() if v is not _DELETED), key=lambda item: item[0])
+
     def items(self) -> Iterator[tuple[str, Any]]:  # type: ignore[override]
         return self._scan()
 
@@ -111,12 +168,38 @@ class StateMap(MutableMapping[str, Any]):
             out[_STATE + key.encode("utf-8", "surrogateescape")] = None if value is _DELETED else _dumps(value)
         return out
 
+    def journal(self) -> dict[str, tuple[Any, bool]]:
+        """Start remembering the value each key had before its first write since the last `forget`, so
+        a failing record's `[]=`/`del` can be undone (`rollback`). The engine clears it after each record.
+        In-place changes to a value object read from the state are not seen: assign new values."""
+        if self._undo is None:
+            self._undo = {}
+        return self._undo
+
+    def rollback(self) -> None:
+        """Undo the writes journaled since the last clear (a record that raised)."""
+        undo = self._undo
+        if not undo:
+            return
+        for key, (value, was_dirty) in undo.items():
+            if value is _MISSING:
+                self._values.pop(key, None)
+            else:
+                self._values[key] = value
+            if not was_dirty:
+                self._dirty.discard(key)
+        undo.clear()
+
     def mark_clean(self) -> None:
+        if self._undo:
+            self._undo.clear()
         self._dirty.clear()
         if len(self._values) > self._capacity:
             self._values.clear()
 
     def discard_changes(self) -> None:
+        if self._undo:
+            self._undo.clear()
         for key in self._dirty:
             self._values.pop(key, None)
         self._dirty.clear()
@@ -178,6 +261,7 @@ class PartitionStore:
         self.kv = kv
         self.state = StateMap(kv, cache_entries)
         self.timers = Timers(kv)
+        self._meta_changes: dict[bytes, bytes | None] = {}  # set_meta: saved with the next state save
 
     # offsets ------------------------------------------------------------------------------
     def stored_offset(self) -> int | None:
@@ -197,11 +281,18 @@ class PartitionStore:
     def meta_change(name: str, value: Any) -> dict[bytes, bytes | None]:
         return {_META + name.encode(): None if value is None else _dumps(value)}
 
+    def set_meta(self, name: str, value: Any) -> None:
+        """Metadata that belongs with the state (the event-time floor): written by the next state save."""
+        self._meta_changes.update(self.meta_change(name, value))
+
     # checkpoint pieces ----------------------------------------------------------------------
     def state_changes(self) -> dict[bytes, bytes | None]:
         """Buffered user-state and timer writes, not yet applied."""
         changes = self.state.changes()
         changes.update(self.timers.take_changes())
+        if self._meta_changes:
+            changes.update(self._meta_changes)
+            self._meta_changes = {}
         return changes
 
     def apply(self, changes: dict[bytes, bytes | None]) -> None:
@@ -215,6 +306,28 @@ class PartitionStore:
         if offset is not None:
             changes.update(self.offset_change(offset))
         self.apply(changes) if state else self.kv.write(changes)
+
+    # staged checkpoints (exactly-once output) -----------------------------------------------------
+    def stage(self, offset: int, changes: dict[bytes, bytes | None]) -> None:
+        """Step 1 of a transactional checkpoint: persist the pending change before the commit is tried."""
+        self.kv.write({_STAGED: encode_changes(offset, changes)})
+
+    def staged(self) -> tuple[int, dict[bytes, bytes | None]] | None:
+        blob = self.kv.get(_STAGED)
+        return None if blob is None else decode_changes(blob)
+
+    def apply_staged(self, offset: int, changes: dict[bytes, bytes | None],
+                     extra: dict[bytes, bytes | None] | None = None) -> None:
+        """After the transaction committed: state + offset + metadata in one batch, staging cleared."""
+        batch = dict(changes)
+        batch.update(self.offset_change(offset))
+        if extra:
+            batch.update(extra)
+        batch[_STAGED] = None
+        self.apply(batch)
+
+    def discard_staged(self) -> None:
+        self.kv.write({_STAGED: None})
 
     def close(self) -> None:
         self.kv.close()

@@ -20,7 +20,7 @@ def stylus_env(bootstrap: str | None, **extra: str) -> dict[str, str]:
 
 
 def stylus_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "stylus.cli.main", *args]
+    return [sys.executable, "-m", "stylus", *args]
 
 
 def run_stylus(*args: str, bootstrap: str | None = None, timeout: float = 120, cwd: str | Path | None = None,

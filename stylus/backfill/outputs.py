@@ -1,0 +1,169 @@
+"""Where a backfill task puts what the processor emits: nowhere (count only), back to the driver,
+Parquet files (columns key, value as JSON text, timestamp, topic) or a Kafka topic."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict
+
+from stylus.config.model import Pipeline
+from stylus.serde import encode_key, encoder
+
+OUTPUT_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()), ("timestamp", pa.int64()),
+                           ("topic", pa.string())])
+SHADOW_HEADER = "stylus.topic"  # the topic a shadowed record was emitted to
+
+
+class OutputTarget(BaseModel):
+    """kind: none (count only), collect (to the driver), parquet (dir `path`), topic (everything into
+    `topic`, the original topic in header `stylus.topic`), outputs (each record to the topic it was
+    emitted to: the processor's real outputs)."""
+
+    model_config = ConfigDict(frozen=True)
+    kind: Literal["none", "collect", "parquet", "topic", "outputs"] = "none"
+    path: str | None = None
+    topic: str | None = None
+    collect: bool = False  # also return what was written to the driver (replay --diff)
+
+
+def _json(value: Any) -> bytes:
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+
+
+class TaskOutput:
+    """The engine's sink in a backfill task (called per emit, like the stream's KafkaSink): counts per
+    topic, keeps records for the driver when `collect`; subclasses also write. `close` finishes the part."""
+
+    collect = False
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.collected: list[tuple[str, str | None, bytes, int]] = []
+
+    def __call__(self, topic: str, key: str | None, value: Any, timestamp: int,
+                 headers: Mapping[str, Any] | None) -> None:
+        self.counts[topic] += 1
+        if self.collect:
+            self.collected.append((topic, key, _json(value), timestamp))
+
+    def close(self) -> None:
+        pass
+
+
+class CollectOutput(TaskOutput):
+    collect = True
+
+
+class ParquetOutput(TaskOutput):
+    """One file per task, `part-{unit:05d}.parquet`: a re-run writes the same names (no duplicates)."""
+
+    ROWS_PER_GROUP = 50_000
+
+    def __init__(self, path: str, index: int) -> None:
+        super().__init__()
+        self.final = Path(path.removeprefix("file://")) / f"part-{index:05d}.parquet"
+        self.final.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".parquet", dir=self.final.parent)
+        os.close(fd)
+        self.tmp = Path(tmp)
+        self.writer = pq.ParquetWriter(self.tmp, OUTPUT_SCHEMA, compression="zstd")
+        self.rows: tuple[list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [])
+
+    def __call__(self, topic: str, key: str | None, value: Any, timestamp: int,
+                 headers: Mapping[str, Any] | None) -> None:
+        super().__call__(topic, key, value, timestamp, headers)
+        keys, values, stamps, topics = self.rows
+        keys.append(key)
+        values.append(_json(value).decode())
+        stamps.append(timestamp)
+        topics.append(topic)
+        if len(keys) >= self.ROWS_PER_GROUP:
+            self._flush()
+
+    def _flush(self) -> None:
+        keys, values, stamps, topics = self.rows
+        if keys:
+            self.writer.write_table(pa.Table.from_pydict(
+                {"key": keys, "value": values, "timestamp": stamps, "topic": topics}, schema=OUTPUT_SCHEMA))
+            self.rows = ([], [], [], [])
+
+    def close(self) -> None:
+        self._flush()
+        self.writer.close()
+        os.replace(self.tmp, self.final)
+
+
+class TopicOutput(TaskOutput):
+    """Produces with the pipeline's producer settings, encoded by the emitting topic's serde."""
+
+    def __init__(self, pipeline: Pipeline, processor: str, bootstrap: str, target: str | None) -> None:
+        from confluent_kafka import Producer
+
+        from stylus.kafka.settings import client_config
+
+        super().__init__()
+        spec = pipeline.processors[processor]
+        self.encoders = {t: encoder(pipeline.topics[t].serde) for t in spec.outputs}
+        self.target = target
+        self.errors: list[str] = []
+        self.producer = Producer(client_config("producer", bootstrap, pipeline, processor)
+                                 | {"on_delivery": self._delivered, "delivery.report.only.error": True})
+        self.produce = self.producer.produce
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+
+    def __call__(self, topic: str, key: str | None, value: Any, timestamp: int,
+                 headers: Mapping[str, Any] | None) -> None:
+        super().__call__(topic, key, value, timestamp, headers)
+        extra = _headers(headers)
+        if self.target:
+            extra.append((SHADOW_HEADER, topic.encode()))
+        data = self.encoders[topic](value)
+        while True:
+            try:
+                if extra:
+                    self.produce(self.target or topic, data, encode_key(key), timestamp=timestamp, headers=extra)
+                else:
+                    self.produce(self.target or topic, data, encode_key(key), timestamp=timestamp)
+                return
+            except BufferError:
+                self.producer.poll(0.05)
+
+    def close(self) -> None:
+        remaining = self.producer.flush(60)
+        if remaining or self.errors:
+            raise RuntimeError(f"output not delivered: {remaining} pending, errors: {self.errors[:3]}")
+
+
+def _headers(headers: Mapping[str, Any] | None) -> list[tuple[str, bytes]]:
+    if not headers:
+        return []
+    return [(k, v if isinstance(v, bytes) else str(v).encode()) for k, v in headers.items()]
+
+
+def open_output(target: OutputTarget, pipeline: Pipeline, processor: str, bootstrap: str, index: int) -> TaskOutput:
+    output = _open(target, pipeline, processor, bootstrap, index)
+    output.collect = output.collect or target.collect
+    return output
+
+
+def _open(target: OutputTarget, pipeline: Pipeline, processor: str, bootstrap: str, index: int) -> TaskOutput:
+    if target.kind == "collect":
+        return CollectOutput()
+    if target.kind == "parquet":
+        assert target.path is not None
+        return ParquetOutput(target.path, index)
+    if target.kind in ("topic", "outputs"):
+        return TopicOutput(pipeline, processor, bootstrap, target.topic if target.kind == "topic" else None)
+    return TaskOutput()

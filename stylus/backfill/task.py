@@ -1,0 +1,178 @@
+"""What one Spark task runs: read a unit's records in offset order and hand them to the very same
+`stylus.core.Engine` the stream uses (same `process`, same `on_timer` fired from the watermark after
+each batch, as `stylus.runtime.worker` does), with in-memory state per input partition."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from itertools import islice
+from typing import Any, Literal
+
+import orjson
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
+
+from stylus.api import import_processor_class
+from stylus.backfill.outputs import OutputTarget, open_output
+from stylus.backfill.plan import Unit
+from stylus.backfill.read import read_unit
+from stylus.config.model import Pipeline
+from stylus.core.engine import Engine, RaiseFailures
+from stylus.core.task import PartitionTask
+from stylus.core.watermark import low_watermark
+from stylus.state.kv import MemoryKV
+from stylus.state.store import PartitionStore
+
+RESULT_SCHEMA = pa.schema([
+    ("kind", pa.string()),  # out | state | done
+    ("topic", pa.string()),
+    ("partition", pa.int32()),
+    ("key", pa.binary()),
+    ("value", pa.binary()),
+    ("timestamp", pa.int64()),
+    ("n", pa.int64()),
+])
+ROWS_PER_BATCH = 20_000
+
+
+class JobSpec(BaseModel):
+    """Everything a task needs, shipped as JSON (no pickled data)."""
+
+    model_config = ConfigDict(frozen=True)
+    pipeline: dict[str, Any]
+    processor: str
+    bootstrap: str
+    archive_root: str | None
+    output: OutputTarget
+    mode: Literal["records", "monoid"] = "records"
+    return_state: bool = False
+    sys_path: tuple[str, ...] = ()
+
+    def load_pipeline(self) -> Pipeline:
+        return Pipeline.model_validate(self.pipeline)
+
+
+def _batched(it: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    while True:
+        batch = list(islice(it, size))
+        if not batch:
+            return
+        yield batch
+
+
+class UnitRun:
+    """Runs one unit; `rows()` yields the result batches (outputs to collect, state, a summary)."""
+
+    def __init__(self, job: JobSpec, unit: Unit) -> None:
+        for path in job.sys_path:
+            if path not in sys.path:
+                sys.path.append(path)
+        self.job = job
+        self.unit = unit
+        self.pipeline = job.load_pipeline()
+        self.spec = self.pipeline.processors[job.processor]
+        cls = import_processor_class(self.spec.class_)
+        self.processor = cls(config=self.spec.config, name=job.processor)
+        self.output = open_output(job.output, self.pipeline, job.processor, job.bootstrap, unit.index)
+        self.engine = Engine(self.processor, job.processor, self.spec, self.pipeline, self.output, RaiseFailures())
+        self.keep_state = self.spec.stateful or job.mode == "monoid"
+        self.tasks: dict[tuple[str, int], PartitionTask] = {}
+        self.read = 0
+
+    def _task_for(self, topic: str, partition: int) -> PartitionTask:
+        task = self.tasks.get((topic, partition))
+        if task is None:
+            store = PartitionStore(MemoryKV(), cache_entries=10**9) if self.keep_state else None
+            task = self.tasks[(topic, partition)] = PartitionTask(topic, partition, store)
+        return task
+
+    def run(self) -> Iterator[pa.RecordBatch]:
+        unit, job = self.unit, self.job
+        output = self.output
+        engine = self.engine
+        engine.start()
+        task = self._task_for(unit.topic, unit.partition)
+        try:
+            for batch in _batched(read_unit(unit, job.bootstrap, job.archive_root), self.spec.batch_size):
+                engine.process_messages(batch, self._task_for)
+                self.read += len(batch)
+                if engine.track_time:
+                    engine.fire_timers(self.tasks.values(), low_watermark(self.tasks.values(), self.spec.event_time))
+            output.close()
+        finally:
+            self.processor.close()
+        task.next_offset = unit.next_offset
+        yield from _rows_batches(self._rows(output.collected, output.counts))
+
+    def _rows(self, collected: list[tuple[str, str | None, bytes, int]],
+              counts: dict[str, int]) -> Iterator[tuple[Any, ...]]:
+        unit = self.unit
+        for topic, key, value, ts in collected:
+            yield ("out", topic, unit.partition, None if key is None else key.encode("utf-8", "surrogateescape"),
+                   value, ts, unit.index)
+        if self.job.return_state or self.job.mode == "monoid":
+            for task in self.tasks.values():
+                if task.store is None:
+                    continue
+                task.store.save(task.next_offset)
+                kv = task.store.kv
+                assert isinstance(kv, MemoryKV)
+                order = unit.chunks[0].start if unit.chunks else 0
+                for raw_key, raw_value in sorted(kv.data.items()):
+                    if self.job.mode == "monoid" and not raw_key.startswith(b"s"):
+                        continue  # offsets come from the plan; the reduce only merges user state
+                    yield ("state", task.topic, task.partition, raw_key, raw_value, 0, order)
+        summary = {"read": self.read, "outputs": dict(counts), "next_offset": unit.next_offset}
+        yield ("done", unit.topic, unit.partition, None, orjson.dumps(summary), 0, unit.index)
+
+
+def _rows_batches(rows: Iterator[tuple[Any, ...]]) -> Iterator[pa.RecordBatch]:
+    names = RESULT_SCHEMA.names
+    for chunk in _batched(rows, ROWS_PER_BATCH):
+        columns = list(zip(*chunk, strict=True))
+        yield pa.RecordBatch.from_arrays([pa.array(col, type=RESULT_SCHEMA.field(i).type)
+                                          for i, col in enumerate(columns)], names=names)
+
+
+def run_units(job_json: str, units_json: list[str], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: the input rows carry unit indexes (`spark.range`, one per Spark partition)."""
+    job = JobSpec.model_validate_json(job_json)
+    for batch in batches:
+        for index in batch.column(0).to_pylist():
+            yield from UnitRun(job, Unit.model_validate_json(units_json[index])).run()
+
+
+def combine_states(job_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body of the monoid reduce: rows arrive sorted by (topic, partition, key, chunk start);
+    equal keys are folded with the processor's own `combine`, in chunk order. Other rows pass through."""
+    job = JobSpec.model_validate_json(job_json)
+    for path in job.sys_path:
+        if path not in sys.path:
+            sys.path.append(path)
+    pipeline = job.load_pipeline()
+    spec = pipeline.processors[job.processor]
+    processor: Any = import_processor_class(spec.class_)(config=spec.config, name=job.processor)
+    combine = processor.combine
+
+    def rows() -> Iterator[tuple[Any, ...]]:
+        current: tuple[str, int, bytes] | None = None
+        value: Any = None
+        for batch in batches:
+            cols = batch.to_pydict()
+            for i in range(batch.num_rows):
+                if cols["kind"][i] != "state":
+                    yield tuple(cols[name][i] for name in RESULT_SCHEMA.names)
+                    continue
+                ident = (cols["topic"][i], cols["partition"][i], cols["key"][i])
+                delta = orjson.loads(cols["value"][i])
+                if ident == current:
+                    value = combine(value, delta)
+                    continue
+                if current is not None:
+                    yield ("state", current[0], current[1], current[2], orjson.dumps(value), 0, 0)
+                current, value = ident, delta
+        if current is not None:
+            yield ("state", current[0], current[1], current[2], orjson.dumps(value), 0, 0)
+
+    yield from _rows_batches(rows())

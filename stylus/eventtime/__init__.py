@@ -1,0 +1,1 @@
+"""Event time: per-partition watermark estimates, watermarks carried across stages, late-data policies."""

@@ -1,0 +1,31 @@
+"""Processors that fail on purpose, after touching state and emitting (failure atomicity tests)."""
+
+from __future__ import annotations
+
+from stylus import Processor
+
+
+class CountThenFail(Processor):
+    """Counts per key and emits the count, then raises on `"fail": true` after having done both."""
+
+    def process(self, record, ctx):
+        n = (ctx.state.get(record.key) or 0) + 1
+        ctx.state[record.key] = n
+        total = (ctx.state.get("__total__") or 0) + 1
+        ctx.state["__total__"] = total
+        ctx.emit({"key": record.key, "n": n, "id": record.value.get("id")}, key=record.key)
+        if record.value.get("fail"):
+            raise ValueError(f"bad record {record.value.get('id')}")
+
+
+class TimerFail(Processor):
+    """Sets a timer per record at its `ts`; `on_timer` counts and emits, and raises for keys starting `bad`."""
+
+    def process(self, record, ctx):
+        ctx.set_timer(record.key, int(record.value["ts"]))
+
+    def on_timer(self, key, timestamp, ctx):
+        ctx.state["fired"] = (ctx.state.get("fired") or 0) + 1
+        ctx.emit({"timer": key, "ts": timestamp}, key=key)
+        if key.startswith("bad"):
+            raise RuntimeError(f"timer {key} failed")

@@ -1,0 +1,118 @@
+"""Property tests of the serdes and record headers: arbitrary bytes decode or raise an `Exception` the
+engine routes to on_error; arbitrary headers pass through the Engine and the dead-letter path intact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import Producer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stylus.config import parse_pipeline
+from stylus.core import CollectingSink, Engine, PartitionTask, RawMessage
+from stylus.kafka.settings import client_config
+from stylus.runtime.failures import FailurePolicy
+from stylus.runtime.sink import KafkaSink
+from stylus.serde import SERDES, decode_key, encode_key
+from tests.apps.counting import Failing
+from tests.support.kafka import read_raw
+
+FAST = settings(max_examples=300, deadline=1000)
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(min_value=-(2**63), max_value=2**64 - 1),
+              st.floats(allow_nan=False, allow_infinity=False), st.text()),
+    lambda inner: st.one_of(st.lists(inner, max_size=5), st.dictionaries(st.text(max_size=10), inner, max_size=5)),
+    max_leaves=30,
+)
+
+
+@FAST
+@given(st.sampled_from(sorted(SERDES)), st.binary(max_size=300))
+def test_decode_of_arbitrary_bytes_returns_or_raises_a_routable_exception(serde: str, data: bytes) -> None:
+    decode = SERDES[serde][1]
+    try:
+        decode(data)
+    except Exception:  # the engine catches Exception and hands it to on_error
+        pass
+
+
+@FAST
+@given(json_values)
+def test_json_roundtrip(value: Any) -> None:
+    encode, decode = SERDES["json"]
+    assert decode(encode(value)) == value
+
+
+@FAST
+@given(st.binary(max_size=100))
+def test_keys_roundtrip_as_bytes(key: bytes) -> None:
+    assert encode_key(decode_key(key)) == key or decode_key(key) is not None
+
+
+DOC = """
+pipeline: fz
+topics: {in: {partitions: 1}, out: {partitions: 1}}
+processors:
+  p: {class: "tests.apps.counting:Failing", inputs: [in], outputs: [out], semantics: {output: at_least_once}}
+"""
+
+headers_st = st.lists(st.tuples(st.text(max_size=20), st.one_of(st.none(), st.binary(max_size=40))), max_size=8)
+
+
+@FAST
+@given(headers_st, st.binary(max_size=60), st.booleans())
+def test_arbitrary_headers_through_the_engine(headers: list[tuple[str, bytes | None]], value: bytes,
+                                              fail: bool) -> None:
+    pipeline = parse_pipeline(DOC)
+    sink = CollectingSink(["out"])
+    letters: list[tuple[Any, str]] = []
+    engine = Engine(Failing(), "p", pipeline.processors["p"], pipeline, sink,
+                    lambda msg, exc, stage, task: letters.append((msg, stage)))
+    task = PartitionTask("in", 0, None)
+    payload = orjson.dumps({"fail": True}) if fail else value
+    engine.process_messages([RawMessage("in", 0, 5, b"k", payload, 1, headers or None)], lambda t, p: task)
+    assert task.next_offset == 6
+    assert len(sink.outputs) + len(letters) == 1
+    if letters:
+        assert letters[0][0].headers() == (headers or None)
+
+
+@pytest.fixture(scope="module")
+def dlq_path(bootstrap: str) -> Any:
+    from stylus.kafka.admin import create_topics, delete_topics
+
+    pipeline = parse_pipeline(DOC.replace("pipeline: fz", "pipeline: fzdlq"))
+    create_topics(bootstrap, {pipeline.dlq_topic("p"): pipeline.topics["in"]})
+    producer = Producer(client_config("producer", bootstrap, pipeline, "p"))
+    yield pipeline, producer
+    delete_topics(bootstrap, [pipeline.dlq_topic("p")])
+
+
+@settings(max_examples=40, deadline=5000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(headers=headers_st, value=st.binary(max_size=60))
+def test_arbitrary_headers_survive_the_dead_letter_path(bootstrap: str, dlq_path: Any,
+                                                        headers: list[tuple[str, bytes | None]],
+                                                        value: bytes) -> None:
+    pipeline, producer = dlq_path
+    topic = pipeline.dlq_topic("p")
+    before = len(read_raw(bootstrap, topic, isolation="read_uncommitted"))
+    sink = KafkaSink(producer, pipeline, ("out",), hold=False)
+    policy = FailurePolicy("dead_letter", "p", topic, sink)
+    engine = Engine(Failing(), "p", pipeline.processors["p"], pipeline, CollectingSink(["out"]), policy)
+    task = PartitionTask("in", 0, None)
+    bad = b"\xff" + value  # never valid JSON
+    engine.process_messages([RawMessage("in", 0, 9, b"k", bad, 1234, headers or None)], lambda t, p: task)
+    sink.flush(10)
+    letters = read_raw(bootstrap, topic, isolation="read_uncommitted")[before:]
+    assert len(letters) == 1
+    got = letters[0].headers() or []
+    own = [h for h in headers if not h[0].startswith(("stylus.error", "stylus.source.", "stylus.processor"))]
+    assert got[: len(own)] == own
+    names = [k for k, _ in got[len(own):]]
+    assert names == ["stylus.error", "stylus.error.stage", "stylus.error.trace", "stylus.source.topic",
+                     "stylus.source.partition", "stylus.source.offset", "stylus.error.time", "stylus.processor"]
+    assert letters[0].value() == bad and letters[0].key() == b"k"

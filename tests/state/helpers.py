@@ -1,0 +1,53 @@
+"""Shared by the backup tests: group progress, waiting, reading a state directory."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from stylus.kafka.offsets import end_offsets
+from stylus.state.kv import RocksKV
+from stylus.state.store import PartitionStore
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "client.id": f"probe-{uuid.uuid4().hex[:6]}"})
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return {tp.partition: tp.offset for tp in tps}
+    finally:
+        consumer.close()
+
+
+def caught_up(bootstrap: str, group: str, topic: str, partitions: int) -> bool:
+    ends = end_offsets(bootstrap, [(topic, p) for p in range(partitions)])
+    done = committed(bootstrap, group, topic, partitions)
+    return all(done[p] == ends[(topic, p)][1] for p in range(partitions))
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.3) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def read_state(store_dir: Path) -> dict[str, Any]:
+    """Union of every partition store under a processor's state directory."""
+    merged: dict[str, Any] = {}
+    for path in sorted(p for p in store_dir.iterdir() if (p / "CURRENT").exists()):
+        store = PartitionStore(RocksKV(path))
+        try:
+            merged.update(store.state.items())
+        finally:
+            store.close()
+    return merged

@@ -157,7 +157,7 @@ class _Generator(threading.Thread):
 
 
 def run_demo(pipeline_file: str | None, *, duration: float | None, rate: int, plain: bool,
-             out: TextIO | None = None) -> int:
+             out: TextIO | None = None, ui_port: int = 0) -> int:
     """Run the demo until `duration` seconds pass (or Ctrl-C); print the final ranking; 0 on success."""
     from processors.generator import Burst, pick_event
     from stylus.runtime.runner import PipelineRunner, resolved_bootstrap
@@ -178,6 +178,10 @@ def run_demo(pipeline_file: str | None, *, duration: float | None, rate: int, pl
             print(f"bootstrap servers: {bootstrap}  pipeline: {path}  state: {state_dir}", file=stream, flush=True)
             runner = PipelineRunner(pipeline, bootstrap)
             threads = runner.start()
+            from stylus.monitoring.ui import StatusServer  # the built-in status page (lag on every edge)
+
+            status_page = StatusServer(pipeline, bootstrap, port=ui_port).start()
+            print(f"status page: {status_page.url}", file=stream, flush=True)
             burst = Burst(pick_event(BURST_TOPIC, 100), int(time.time() * 1000 + BURST_AFTER * 1000),
                           int(BURST_FOR * 1000), BURST_MULTIPLIER)
             generator = _Generator(bootstrap, source_topic(pipeline), rate, burst)
@@ -217,6 +221,7 @@ def run_demo(pipeline_file: str | None, *, duration: float | None, rate: int, pl
             stream.flush()
             code = 1 if runner.errors or generator.error is not None else 0
             # drop every client before the embedded broker stops, or librdkafka logs the disconnects
+            status_page.stop()
             runner.workers.clear()
             del generator, board
             gc.collect()

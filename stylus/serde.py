@@ -58,7 +58,7 @@ def encode_key(key: Any) -> bytes | None:
         return None
     if isinstance(key, bytes):
         return key
-    return str(key).encode("utf-8")
+    return str(key).encode("utf-8", "surrogateescape")  # keys read with surrogateescape round-trip
 
 
 def decode_key(data: bytes | None) -> str | None:

@@ -219,8 +219,8 @@ class StylusCollector(Collector):
             assigned.add_metric(proc, len(tasks))
             running.add_metric(proc, 0 if worker.finished or name in errors else 1)
         yield from (lag_msgs, lag_secs, position, committed, end, processed, emitted, dead, skipped, late,
-                    rebalances, latency, ckpt, commit, last_ckpt, interval, backup_age, backup_done, backup_failed, wm_lag,
-                    assigned, running)
+                    rebalances, latency, ckpt, commit, last_ckpt, interval, backup_age, backup_done, backup_failed,
+                    wm_lag, assigned, running)
 
     def _lags(self, worker: Worker, tasks: list[PartitionTask], now: float
               ) -> dict[TP, tuple[int | None, int | None, int | None, int | None, float | None]]:

@@ -87,4 +87,8 @@ class RocksKV:
         self.db.flush(wait=True)
 
     def close(self) -> None:
+        """Idempotent: after a failed write (e.g. disk full) the close on the error path may be the second one."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
         self.db.close()

@@ -29,3 +29,11 @@ class TimerFail(Processor):
         ctx.emit({"timer": key, "ts": timestamp}, key=key)
         if key.startswith("bad"):
             raise RuntimeError(f"timer {key} failed")
+
+
+class BigState(Processor):
+    """Keeps `config.size` bytes of state per record (to fill a disk) and passes the record on."""
+
+    def process(self, record, ctx):
+        ctx.state[str(record.value["id"])] = "x" * int(self.config.get("size", 10_000))
+        ctx.emit(record.value, key=record.key)

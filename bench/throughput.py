@@ -1,0 +1,195 @@
+"""Issue 2 throughput: a hand-written confluent-kafka loop against the same work as a Stylus processor.
+
+    .venv/bin/python -m bench.throughput --records 1000000
+
+Work: consume 1,000,000 small JSON records from 4 partitions, decode, filter (keep 3 of 5 types),
+produce the kept records. Stateful variant: count per key (10,000 keys) and emit the running count;
+the raw loop keeps counts in a dict, Stylus in RocksDB (at-least-once state and output). Both sides
+use the same client settings (the best found; see shared/notes/broker.md) and the same JSON library,
+commit offsets every 2 s, and are timed from their first record to their last. Runs alternate
+(raw, stylus, raw, stylus, ...) and the best of each is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from stylus import Context, Processor, Record
+from stylus.config import parse_pipeline
+from stylus.kafka.admin import create_topics, delete_topics
+from stylus.kafka.broker import EmbeddedBroker
+from stylus.kafka.settings import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
+from stylus.config.model import TopicSpec
+from stylus.runtime.worker import Worker
+
+TYPES = ["post", "comment", "like", "share", "view"]
+KEEP = {"post", "comment", "share"}
+PARTITIONS = 4
+
+
+class KeepTypes(Processor):
+    def process(self, record: Record, ctx: Context) -> None:
+        if record.value["type"] in KEEP:
+            ctx.emit(record.value, key=record.key)
+
+
+class CountPerKey(Processor):
+    def process(self, record: Record, ctx: Context) -> None:
+        n = (ctx.state.get(record.key) or 0) + 1
+        ctx.state[record.key] = n
+        ctx.emit({"key": record.key, "count": n}, key=record.key)
+
+
+def load_input(bootstrap: str, topic: str, records: int) -> None:
+    producer = Producer({**PRODUCER_DEFAULTS, "bootstrap.servers": bootstrap, "linger.ms": 20})
+    rng = random.Random(1)
+    for i in range(records):
+        value = {"id": i, "type": TYPES[i % 5], "user": rng.randrange(100000), "v": rng.random()}
+        key = f"k{rng.randrange(10000)}".encode()
+        while True:
+            try:
+                producer.produce(topic, orjson.dumps(value), key)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if i % 100000 == 0:
+            print(f"  loaded {i:,}/{records:,}", flush=True)
+    producer.flush(60)
+
+
+def raw_loop(bootstrap: str, topic_in: str, topic_out: str, records: int, stateful: bool) -> float:
+    """The ceiling: the same work written by hand with the same client settings."""
+    consumer = Consumer({**CONSUMER_DEFAULTS, "bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4().hex}",
+                         "enable.partition.eof": False})
+    producer = Producer({**PRODUCER_DEFAULTS, "bootstrap.servers": bootstrap})
+    consumer.subscribe([topic_in])
+    counts: dict[str, int] = {}
+    seen = 0
+    first = 0.0
+    next_commit = time.monotonic() + 2.0
+    loads, dumps, produce = orjson.loads, orjson.dumps, producer.produce
+    while seen < records:
+        msgs = consumer.consume(num_messages=2000, timeout=0.1)
+        if not msgs:
+            producer.poll(0)
+            continue
+        if not first:
+            first = time.perf_counter()
+        for msg in msgs:
+            if msg.error():
+                continue
+            value = loads(msg.value())
+            key = msg.key()
+            if stateful:
+                k = key.decode()
+                n = counts.get(k, 0) + 1
+                counts[k] = n
+                out: Any = {"key": k, "count": n}
+            elif value["type"] in KEEP:
+                out = value
+            else:
+                seen += 1
+                continue
+            while True:
+                try:
+                    produce(topic_out, dumps(out), key, timestamp=msg.timestamp()[1])
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            seen += 1
+        producer.poll(0)
+        if time.monotonic() >= next_commit:
+            producer.flush()
+            consumer.commit(asynchronous=False)
+            next_commit = time.monotonic() + 2.0
+    producer.flush()
+    elapsed = time.perf_counter() - first
+    consumer.close()
+    return records / elapsed
+
+
+def stylus_run(bootstrap: str, topic_in: str, topic_out: str, records: int, stateful: bool, state_dir: str) -> float:
+    """The same work as a Stylus processor, run by the real Worker."""
+    cls = "bench.throughput:CountPerKey" if stateful else "bench.throughput:KeepTypes"
+    semantics = "{state: at_least_once, output: at_least_once}" if stateful else "{output: at_least_once}"
+    pipeline = parse_pipeline(f"""
+pipeline: bench-{uuid.uuid4().hex[:6]}
+kafka: {{bootstrap.servers: "{bootstrap}"}}
+topics:
+  {topic_in}: {{partitions: {PARTITIONS}}}
+  {topic_out}: {{partitions: {PARTITIONS}}}
+processors:
+  p:
+    class: {cls}
+    inputs: [{topic_in}]
+    outputs: [{topic_out}]
+    semantics: {semantics}
+    checkpoint: {{interval: 2s}}
+    on_error: skip
+    state: {{dir: {state_dir}}}
+""")
+    stop = threading.Event()
+    worker = Worker(pipeline, "p", bootstrap, stop=stop)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    while worker.processed == 0:
+        time.sleep(0.0005)
+    first = time.perf_counter()
+    already = worker.processed  # the first batch was processed before the clock started: count it out
+    while worker.processed < records:
+        time.sleep(0.001)
+    worker.sink.flush()  # the raw loop's clock also stops after its final flush
+    elapsed = time.perf_counter() - first
+    stop.set()
+    thread.join()
+    return (records - already) / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = parser.parse_args()
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
+        bootstrap = broker.bootstrap
+        topic_in = f"bench-in-{uuid.uuid4().hex[:6]}"
+        create_topics(bootstrap, {topic_in: TopicSpec(partitions=PARTITIONS)})
+        print(f"loading {args.records:,} records into {PARTITIONS} partitions ...", flush=True)
+        load_input(bootstrap, topic_in, args.records)
+        results: dict[str, list[float]] = {}
+        for stateful in (False, True):
+            kind = "stateful" if stateful else "stateless"
+            for rep in range(args.repeat):
+                for side in ("raw", "stylus"):
+                    out = f"bench-out-{uuid.uuid4().hex[:6]}"
+                    create_topics(bootstrap, {out: TopicSpec(partitions=PARTITIONS)})
+                    if side == "raw":
+                        rate = raw_loop(bootstrap, topic_in, out, args.records, stateful)
+                    else:
+                        rate = stylus_run(bootstrap, topic_in, out, args.records, stateful, f"{tmp}/s{rep}")
+                    delete_topics(bootstrap, [out])
+                    results.setdefault(f"{kind}/{side}", []).append(rate)
+                    print(f"  {kind:9} {side:6} run {rep + 1}: {rate:,.0f} records/s", flush=True)
+        summary = {}
+        for kind in ("stateless", "stateful"):
+            raw, sty = max(results[f"{kind}/raw"]), max(results[f"{kind}/stylus"])
+            summary[kind] = {"raw": raw, "stylus": sty, "ratio": sty / raw}
+            print(f"{kind:9}: raw {raw:,.0f}/s  stylus {sty:,.0f}/s  = {sty / raw:.0%} of the raw loop")
+        if args.json:
+            args.json.write_text(json.dumps({"records": args.records, "runs": results, "best": summary}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""The worker against the real broker: restarts after SIGKILL lose nothing, and instances of one processor
+split the partitions and take over each other's on the way out (one machine, one shared state dir)."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+from stylus.state.kv import RocksKV
+from stylus.state.store import PartitionStore
+from tests.conftest import PipelineFactory
+from tests.support.cli import ROOT, run_stylus, stylus_cmd, stylus_env
+from tests.support.kafka import produce
+
+PARTITIONS = 4
+
+
+def counter_doc(interval: str = "200ms") -> dict[str, object]:
+    return {
+        "pipeline": "wc",
+        "kafka": {"consumer": {"session.timeout.ms": 3000, "heartbeat.interval.ms": 500}},
+        "topics": {"words": {"partitions": PARTITIONS}, "counts": {"partitions": PARTITIONS}},
+        "processors": {
+            "counter": {"class": "tests.apps.counting:WordCount", "inputs": ["words"], "outputs": ["counts"],
+                        "semantics": {"state": "at_least_once", "output": "at_least_once"},
+                        "checkpoint": {"interval": interval}},
+        },
+    }
+
+
+def final_state(state_dir: Path, pipeline: str, topic: str) -> Counter[str]:
+    total: Counter[str] = Counter()
+    for partition in range(PARTITIONS):
+        path = state_dir / pipeline / "counter" / f"{topic}-{partition}"
+        if path.exists():
+            store = PartitionStore(RocksKV(path))
+            try:
+                total.update(dict(store.state.items()))
+            finally:
+                store.close()
+    return total
+
+
+def start(path: Path, bootstrap: str, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:
+        return subprocess.Popen(stylus_cmd("run", str(path), *extra), env=stylus_env(bootstrap), stdout=out,
+                                stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def wait_for(log: Path, text: str, count: int = 1, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while log.read_text(errors="replace").count(text) < count:
+        assert time.monotonic() < deadline, f"no {text!r} in:\n{log.read_text()[-3000:]}"
+        time.sleep(0.05)
+
+
+def test_counts_are_exact_without_crashes_and_complete_after_sigkills(
+        bootstrap: str, pipeline_factory: PipelineFactory, tmp_path: Path) -> None:
+    path, pipeline = pipeline_factory(counter_doc())
+    words = pipeline.processors["counter"].inputs[0]
+    run_stylus("topics", "create", str(path), bootstrap=bootstrap)
+    rng = random.Random(7)
+    truth: Counter[str] = Counter()
+
+    def feed(n: int) -> None:
+        batch = [f"w{rng.randrange(40)}" for _ in range(n)]
+        truth.update(batch)
+        produce(bootstrap, words, [(w, {"w": w}) for w in batch])
+
+    # no crash: exact
+    feed(3000)
+    clean = run_stylus("run", str(path), "--exit-when-idle", "1", bootstrap=bootstrap)
+    assert clean.returncode == 0, clean.stderr
+    assert final_state(tmp_path / "state", pipeline.pipeline, words) == truth
+    # SIGKILL mid-stream three times, at random points, with input arriving in between
+    log = tmp_path / "kill.log"
+    kills = 0
+    for round_ in range(3):
+        feed(20000)
+        proc = start(path, bootstrap, log)
+        wait_for(log, "assigned", round_ + 1)
+        time.sleep(rng.uniform(0.1, 0.8))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        kills += proc.returncode == -signal.SIGKILL
+    assert kills == 3
+    drain = run_stylus("run", str(path), "--exit-when-idle", "2", bootstrap=bootstrap)
+    assert drain.returncode == 0, drain.stderr
+    state = final_state(tmp_path / "state", pipeline.pipeline, words)
+    assert set(state) == set(truth)
+    short = {w: (state[w], n) for w, n in truth.items() if state[w] < n}
+    assert not short, f"at-least-once lost counts: {short}"
+
+
+def test_two_instances_split_partitions_and_hand_over(bootstrap: str, pipeline_factory: PipelineFactory,
+                                                      tmp_path: Path) -> None:
+    path, pipeline = pipeline_factory(counter_doc())
+    words = pipeline.processors["counter"].inputs[0]
+    run_stylus("topics", "create", str(path), bootstrap=bootstrap)
+    truth: Counter[str] = Counter(f"w{i % 50}" for i in range(4000))
+    produce(bootstrap, words, [(f"w{i % 50}", {"i": i}) for i in range(4000)])
+    log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
+    a = start(path, bootstrap, log_a, "--instance", "a")
+    wait_for(log_a, "assigned")
+    b = start(path, bootstrap, log_b, "--instance", "b")
+    try:
+        wait_for(log_b, "assigned")  # cooperative rebalance: b gets a share, a keeps the rest
+
+        def owned(log: Path) -> set[str]:
+            text = log.read_text()
+            return {part.split("@")[0].strip() for line in text.splitlines() if ": assigned " in line
+                    for part in line.split(": assigned ", 1)[1].split(", ")}
+
+        assert owned(log_b) and owned(log_a) - owned(log_b), (log_a.read_text(), log_b.read_text())
+        produce(bootstrap, words, [(f"w{i % 50}", {"i": i}) for i in range(4000)])
+        truth.update(f"w{i % 50}" for i in range(4000))
+        time.sleep(2)
+        b.send_signal(signal.SIGTERM)  # b leaves cleanly: final checkpoint, then its partitions move to a
+        assert b.wait(timeout=60) == 0, log_b.read_text()[-2000:]
+        produce(bootstrap, words, [(f"w{i % 50}", {"i": i}) for i in range(4000)])
+        truth.update(f"w{i % 50}" for i in range(4000))
+        wait_for(log_a, "assigned", 2)  # a takes b's partitions back
+        time.sleep(3)
+    finally:
+        a.send_signal(signal.SIGTERM)
+        assert a.wait(timeout=60) == 0, log_a.read_text()[-2000:]
+        if b.poll() is None:
+            b.kill()
+    assert final_state(tmp_path / "state", pipeline.pipeline, words) == truth

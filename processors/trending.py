@@ -9,23 +9,24 @@
   emits a final result once the watermark closes the bucket.
 
 Everything is driven by event time (`ts`), never the wall clock, so replays give the same output.
-The window arithmetic lives in small pure functions so a generic windows library can replace it.
+The Scorer's sliding window and the Ranker's buckets are windows of `stylus.windows`
+(docs/event-time.md); the Scorer's decayed history is in `processors.trend_history`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from processors.dimensions import DEFAULT_PATH, DimensionTable
 from processors.generator import KEYWORDS, TOPICS
+from processors.trend_history import Decay, trend_score
 from stylus import Context, Processor, Record
 from stylus.config.durations import parse_duration
+from stylus.windows import Count, Hopping, TopK, Tumbling, WindowedProcessor
 
 UNKNOWN_TOPIC = "other"
-ORIGIN_KEY = "__origin__"  # per input partition: the first sub-bucket seen (state keys of events hold a `|`)
 
 _WORD_TOPIC: dict[str, str] = {word: topic for topic, words in KEYWORDS.items() for word in words}
 
@@ -112,188 +113,149 @@ def _resolve(path: Any) -> Path:
 
 
 # ----------------------------------------------------------------------------------- Scorer
-# A key's window is {"cur": newest sub-bucket seen, "c": {sub-bucket: count} for the `retain` newest
-# sub-buckets, "avg": decayed average count per sub-bucket of what is older, "k": sub-buckets folded
-# into it}. Input arrives out of order after every reshard (and a backlog is read partition by
-# partition), so each record is scored at its own sub-bucket: the `buckets` sub-buckets ending there
-# against the history before them. Nothing in the short window is folded into its own expectation, so
-# a burst does not lower its own score. The partition's first sub-bucket (`origin`) is partial: it only
-# warms up, and sub-buckets up to it are neither counted nor history.
+CLOCK_KEY = "__clock__"  # per input partition: [origin, newest event time] (state keys of events hold a `|`)
 
 
-def new_window(sub: int, origin: int) -> dict[str, Any]:
-    """A key first seen in sub-bucket `sub`; the sub-buckets since the origin counted zero for it."""
-    return {"cur": sub, "c": {}, "avg": 0.0, "k": 0, "o": origin}
+class Scorer(WindowedProcessor):
+    """Per (event, topic): the count of a sliding window (`window`, default 10 s every 2 s) against a
+    decayed average (`alpha` per slide) of the key's earlier windows; a key idle for `ttl` is forgotten.
+    Emits {event_id, topic, score, count, ts} keyed by topic, one per record.
 
+    The windows library keeps the counts (one hopping window per slide, closed by the watermark);
+    each closed window is folded into the key's history (`processors.trend_history`) instead of being
+    emitted. A record is scored at its own window, the one ending at the end of its slide, against the
+    windows that ended before that one began, whether they have closed yet or not: scores depend on
+    the records seen, not on when the watermark happened to advance (replays and backfills agree).
+    The partition's first slide is partial: its records only warm up (neither counted nor scored), and
+    a record whose own window has already closed is counted in its later windows but not scored.
+    """
 
-def fold(avg: float, k: int, count: float, alpha: float) -> tuple[float, int]:
-    return (1.0 - alpha) * avg + alpha * count, k + 1
-
-
-def advance(win: dict[str, Any], sub: int, alpha: float, retain: int) -> None:
-    """Make `sub` the newest sub-bucket, folding the sub-buckets that fall out of retention."""
-    cur = win["cur"]
-    if sub <= cur:
-        return
-    counts: dict[str, int] = win["c"]
-    origin = win["o"]
-    avg, k = float(win["avg"]), int(win["k"])
-    lo = max(cur - retain + 1, origin + 1)  # oldest retained sub-bucket that is real history
-    hi = sub - retain  # newest sub-bucket that leaves retention
-    stop = min(hi, lo + retain)  # beyond the retained ones every leaving sub-bucket is empty
-    for index in range(lo, stop + 1):
-        avg, k = fold(avg, k, counts.pop(str(index), 0), alpha)
-    if hi > stop and hi >= lo:
-        avg *= (1.0 - alpha) ** (hi - max(stop, lo - 1))
-        k += hi - max(stop, lo - 1)
-    for key in [key for key in counts if int(key) <= hi]:
-        del counts[key]
-    win["cur"], win["avg"], win["k"] = sub, avg, min(k, 100_000)
-
-
-def history(win: Mapping[str, Any], end: int, alpha: float, retain: int) -> tuple[float, int]:
-    """The decayed average and its length for everything up to sub-bucket `end` (inclusive)."""
-    avg, k = float(win["avg"]), int(win["k"])
-    counts = win["c"]
-    for index in range(max(win["cur"] - retain + 1, win["o"] + 1), end + 1):
-        avg, k = fold(avg, k, counts.get(str(index), 0), alpha)
-    return avg, k
-
-
-def trend_score(win: Mapping[str, Any], sub: int, buckets: int, alpha: float, retain: int,
-                elapsed: float) -> float:
-    """How far the `buckets` sub-buckets ending at `sub` are above the history before them, in Poisson
-    standard deviations (0 without history). `elapsed` is the fraction of `sub` already seen, so a
-    half-full sub-bucket is not read as a drop."""
-    avg, k = history(win, sub - buckets, alpha, retain)
-    if k <= 0:
-        return 0.0
-    per_bucket = avg / (1.0 - (1.0 - alpha) ** k)
-    first = max(sub - buckets + 1, win["o"] + 1)
-    counts = win["c"]
-    observed = sum(counts.get(str(i), 0) for i in range(first, sub + 1))
-    expected = per_bucket * (sub - first + elapsed)
-    return (observed - expected) / math.sqrt(expected + 1.0)
-
-
-class Scorer(Processor):
-    """Per (event, topic): `buckets` sub-buckets of `sub_bucket` event time against a decayed average
-    (`alpha` per sub-bucket) of the sub-buckets before them. Records up to `lateness` behind the key's
-    newest are still scored; keys idle for `ttl` are dropped. Emits {event_id, topic, score, count, ts}
-    keyed by topic."""
+    window = Hopping(10_000, 2_000)
+    aggregate = Count()
 
     def __init__(self, config: Mapping[str, Any] | None = None, name: str = "") -> None:
+        if config and "aggregate" in config:
+            raise ValueError("Scorer: counts per window; configure `window`, `alpha` and `ttl`, not `aggregate`")
         super().__init__(config, name)
-        self.sub_ms = _ms(self.config, "sub_bucket", "5s")
-        self.buckets = int(self.config.get("buckets", 6))
-        self.alpha = float(self.config.get("alpha", 0.1))
-        self.ttl_ms = _ms(self.config, "ttl", "10m")
-        if self.sub_ms <= 0 or self.buckets < 1 or not 0.0 < self.alpha <= 1.0:
-            raise ValueError("Scorer: needs sub_bucket > 0, buckets >= 1 and 0 < alpha <= 1")
-        self.retain = self.buckets + -(-_ms(self.config, "lateness", "1m") // self.sub_ms)
+        window = self.window
+        if not isinstance(window, Hopping):
+            raise ValueError("Scorer: `window` must be {type: sliding, size: ..., slide: ...}")
+        self.decay = Decay(window.size, window.slide, float(self.config.get("alpha", 0.1)),
+                           _ms(self.config, "ttl", "10m"))
+
+    def key_of(self, record: Record) -> str:
+        value = record.value
+        return f"{value['event_id']}|{value.get('topic', UNKNOWN_TOPIC)}"
 
     def process(self, record: Record, ctx: Context) -> None:
-        value = record.value
-        event, topic = value["event_id"], value.get("topic", UNKNOWN_TOPIC)
-        ts = int(value.get("ts", record.timestamp))
-        sub = ts // self.sub_ms
+        t: int = ctx.event_time  # type: ignore[attr-defined]
+        slide = self.decay.slide
         state = ctx.state
-        origin = state.get(ORIGIN_KEY)
-        if origin is None:
-            origin = sub
-            state[ORIGIN_KEY] = origin
-        if sub <= origin:
-            return  # the partition's first, partial sub-bucket: warm-up only
-        key = f"{event}|{topic}"
-        win = state.get(key)
-        if win is None:
-            win = new_window(sub, origin)
-            ctx.set_timer(key, (sub + 1) * self.sub_ms + self.ttl_ms)
-        elif sub > win["cur"]:
-            advance(win, sub, self.alpha, self.retain)
-            ctx.set_timer(key, (sub + 1) * self.sub_ms + self.ttl_ms)
-        elif sub <= win["cur"] - self.retain:
-            return  # later than `lateness`: its sub-bucket is already history
-        counts = win["c"]
-        counts[str(sub)] = counts.get(str(sub), 0) + 1
-        state[key] = win
-        elapsed = min(1.0, (ts - sub * self.sub_ms + 1) / self.sub_ms) if sub == win["cur"] else 1.0
-        score = trend_score(win, sub, self.buckets, self.alpha, self.retain, elapsed)
-        count = sum(counts.get(str(i), 0) for i in range(sub - self.buckets + 1, sub + 1))
-        ctx.emit({"event_id": event, "topic": topic, "score": round(score, 3), "count": count, "ts": ts},
-                 key=topic)
+        clock = state.get(CLOCK_KEY)
+        if clock is None:
+            clock = [t - t % slide + slide, t]
+            state[CLOCK_KEY] = clock
+        origin, newest = clock
+        if t < origin:
+            return  # the partition's first, partial slide: warm-up only
+        if t > newest:
+            newest = t
+            state[CLOCK_KEY] = [origin, t]
+        super().process(record, ctx)  # counted in every window it falls in
+        end = t - t % slide + slide
+        watermark = ctx.watermark
+        if end <= watermark:
+            return  # its own window has closed
+        key = self.key_of(record)
+        count = self.window_value(ctx, key, end)
+        entry = state.get(key)
+        hist = entry["h"] if entry is not None else self.decay.start(origin)
+        horizon = end - self.decay.size
+        # closed windows wait in the entry; open ones (after the watermark) are read from the windows
+        closed = [p for p in entry["p"] if p[0] <= horizon] if entry is not None else []
+        low = max(hist[2], watermark)
+        for window_end in range(low - low % slide + slide, horizon + 1, slide):
+            open_count = self.window_value(ctx, key, window_end)
+            if open_count:
+                closed.append([window_end, open_count])
+        score = trend_score(self.decay, hist, closed, end, count, newest, origin)
+        value = record.value
+        ctx.emit({"event_id": value["event_id"], "topic": value.get("topic", UNKNOWN_TOPIC),
+                  "score": round(score, 3), "count": count, "ts": t}, key=value.get("topic", UNKNOWN_TOPIC))
+
+    def emit_window(self, ctx: Context, key: str, start: int, end: int, acc: Any, *, final: bool,
+                    late: bool) -> None:
+        """A closed window joins the key's history instead of being emitted. It waits in `p` until no
+        open window can still be scored against history that excludes it (one window length)."""
+        if not final or late:
+            return  # scores are per record; a late correction does not rewrite history
+        state = ctx.state
+        origin = state[CLOCK_KEY][0]
+        entry = state.get(key)
+        decay = self.decay
+        if entry is None:
+            hist, pending = decay.start(origin), []
+            ctx.set_timer(key, end + decay.ttl + decay.size)
+        else:
+            hist, pending = entry["h"], entry["p"]
+        pending = [*pending, [end, acc]]
+        cut = end - decay.size
+        while pending and pending[0][0] <= cut:
+            window_end, window_count = pending.pop(0)
+            hist = decay.fold(hist, window_end, window_count, origin)
+        state[key] = {"h": hist, "p": pending}
 
     def on_timer(self, key: str, timestamp: int, ctx: Context) -> None:
-        win = ctx.state.get(key)
-        if win is not None and (win["cur"] + 1) * self.sub_ms + self.ttl_ms <= timestamp:
-            del ctx.state[key]  # idle for `ttl`: forget it, keeping state bounded
+        if key.startswith("\x00"):
+            super().on_timer(key, timestamp, ctx)  # the windows' own timers
+            return
+        entry = ctx.state.get(key)
+        if entry is None:
+            return
+        last = entry["p"][-1][0] if entry["p"] else entry["h"][3]
+        due = last + self.decay.ttl + self.decay.size
+        if due <= timestamp:
+            del ctx.state[key]  # idle for `ttl`: every later score would start it afresh anyway
+        else:
+            ctx.set_timer(key, due)
 
 
 # ----------------------------------------------------------------------------------- Ranker
-def bucket_of(ts: int, bucket_ms: int) -> tuple[int, int]:
-    start = ts - ts % bucket_ms
-    return start, start + bucket_ms
+class Ranker(WindowedProcessor):
+    """Per topic and `window` of event time (default: 5 minute tumbling buckets): the top `top_k` events
+    by their best score above `min_score`. Emits the ranking whenever its order changes (final: false)
+    and once more when the watermark closes the bucket (final: true).
 
+    On the windows library: a `top_k` aggregate per topic, `emit: changed` with `changed` comparing
+    the order of the events, and `result` shaping {topic, bucket_start, bucket_end, top, final}."""
 
-def update_top(top: list[list[Any]], event: str, score: float, k: int) -> list[list[Any]]:
-    """The top `k` [event, best score] pairs after seeing `score` for `event` (ties by event id).
-    Keeping only k is exact: an event that falls out can only re-enter with a higher score."""
-    best = {e: s for e, s in top}
-    if event in best and best[event] >= score:
-        return top
-    best[event] = score
-    ranked = sorted(best.items(), key=lambda item: (-item[1], item[0]))[:k]
-    return [[e, s] for e, s in ranked]
-
-
-class Ranker(Processor):
-    """Per topic and `bucket` of event time: the top `top_k` events by their best score above `min_score`.
-    Emits the ranking whenever its order changes (final: false) and once more when the bucket closes."""
+    window = Tumbling(300_000)
+    key_field = "topic"
+    emit_changes = True
 
     def __init__(self, config: Mapping[str, Any] | None = None, name: str = "") -> None:
+        config = dict(config or {})
+        if "aggregate" in config:
+            raise ValueError("Ranker: ranks by score; configure `window`, `top_k` and `min_score`, not `aggregate`")
+        top_k = int(config.get("top_k", 5))
+        if top_k < 1:
+            raise ValueError("Ranker: needs top_k >= 1")
+        self.aggregate = TopK(top_k, by="score", item="event_id")
+        self.min_score = float(config.get("min_score", 0.0))
         super().__init__(config, name)
-        self.bucket_ms = _ms(self.config, "bucket", "5m")
-        self.top_k = int(self.config.get("top_k", 5))
-        self.min_score = float(self.config.get("min_score", 0.0))
-        if self.bucket_ms <= 0 or self.top_k < 1:
-            raise ValueError("Ranker: needs bucket > 0 and top_k >= 1")
 
     def process(self, record: Record, ctx: Context) -> None:
         value = record.value
-        score = float(value["score"])
-        if score <= self.min_score:
+        score = value.get("score") if isinstance(value, dict) else None
+        if score is None or score <= self.min_score:
             return
-        topic = value["topic"]
-        start, end = bucket_of(int(value.get("ts", record.timestamp)), self.bucket_ms)
-        if end - 1 <= ctx.watermark:
-            return  # the bucket was already closed and its final ranking emitted
-        key = f"{topic}|{start}"
-        entry = ctx.state.get(key)
-        if entry is None:
-            entry = {"top": []}
-            ctx.set_timer(key, end - 1)
-        top = update_top(entry["top"], value["event_id"], score, self.top_k)
-        if top is entry["top"]:
-            return
-        changed = [e for e, _ in top] != [e for e, _ in entry["top"]]
-        entry["top"] = top
-        ctx.state[key] = entry
-        if changed:
-            ctx.emit(self._result(topic, start, top, final=False), key=topic)
+        super().process(record, ctx)
 
-    def on_timer(self, key: str, timestamp: int, ctx: Context) -> None:
-        entry = ctx.state.get(key)
-        if entry is None:
-            return
-        topic, _, start = key.rpartition("|")
-        del ctx.state[key]
-        ctx.emit(self._result(topic, int(start), entry["top"], final=True), key=topic, timestamp=timestamp)
+    def changed(self, before: Any, after: Any) -> bool:
+        return [e["event_id"] for e in before or ()] != [e["event_id"] for e in after]
 
-    def _result(self, topic: str, start: int, top: list[list[Any]], *, final: bool) -> dict[str, Any]:
-        return {
-            "topic": topic,
-            "bucket_start": start,
-            "bucket_end": start + self.bucket_ms,
-            "top": [{"event_id": e, "score": s} for e, s in top],
-            "final": final,
-        }
+    def result(self, key: str, start: int, end: int, value: Any, *, final: bool, late: bool) -> dict[str, Any]:
+        out = {"topic": key, "bucket_start": start, "bucket_end": end, "top": value, "final": final}
+        if late:
+            out["late"] = True
+        return out

@@ -9,7 +9,7 @@ from stylus.backfill.bounds import Bound
 from stylus.backfill.job import BackfillResult, plan_for, run_plan
 from stylus.backfill.outputs import OutputTarget
 from stylus.backfill.plan import DEFAULT_CHUNK, Source
-from stylus.backfill.seed import seed_state
+from stylus.backfill.seed import seed_monoid_table, seed_state
 from stylus.config.model import Pipeline
 
 ARCHIVER_CLASS = "processors.archiver:Archiver"
@@ -47,5 +47,8 @@ def backfill(spark: Any, pipeline: Pipeline, name: str, bootstrap: str, start: B
     plan = plan_for(pipeline, name, bootstrap, start, stop, source=source, archive_root=root, chunk_size=chunk_size)
     result = run_plan(spark, pipeline, name, plan, output, return_state=seed, progress=progress)
     if seed:
-        seed_state(pipeline, name, result.states)
+        if pipeline.processors[name].state.backend == "postgres":
+            seed_monoid_table(pipeline, name, result.states, result.next_offsets)
+        else:
+            seed_state(pipeline, name, result.states)
     return result

@@ -20,7 +20,6 @@ from stylus.backfill.read import read_unit
 from stylus.config.model import Pipeline
 from stylus.core.engine import Engine, RaiseFailures
 from stylus.core.task import PartitionTask
-from stylus.core.watermark import low_watermark
 from stylus.state.kv import MemoryKV
 from stylus.state.store import PartitionStore
 
@@ -98,7 +97,9 @@ class UnitRun:
                 engine.process_messages(batch, self._task_for)
                 self.read += len(batch)
                 if engine.track_time:
-                    engine.fire_timers(self.tasks.values(), low_watermark(self.tasks.values(), self.spec.event_time))
+                    # the stream's own estimator (upstream control records, lateness, floors), never idle:
+                    # `at_eof` stays False, as for a stream that has not yet waited out `idle_timeout`
+                    engine.advance_time(self.tasks.values())
             output.close()
         finally:
             self.processor.close()

@@ -36,7 +36,8 @@ def common_options(func: F) -> F:
 @click.option("--output", "target", default=None, metavar="TOPIC|PATH|@outputs",
               help="a Parquet dir (key, value JSON, timestamp, topic), a topic for every emitted record, or "
                    "@outputs for the processor's own output topics; default: count only")
-@click.option("--seed-state", is_flag=True, help="write the final state as the processor's RocksDB state")
+@click.option("--seed-state", is_flag=True, help="write the final state and next offsets as the processor's live "
+              "state (its RocksDB, or its PostgreSQL monoid table with `state.backend: postgres`)")
 @click.option("--summary", "summary_file", type=click.Path(dir_okay=False), default=None,
               help="write the summary to FILE instead of standard output")
 def backfill_command(pipeline_file: str, name: str, start: str | None, stop: str | None, master: str | None,
@@ -67,5 +68,12 @@ def backfill_command(pipeline_file: str, name: str, start: str | None, stop: str
             spark.stop()
     text = result.summary()
     if seed_state:
-        text += f"  seeded state of {len(result.states)} partitions under {pipeline.processors[name].state.dir}\n"
+        state = pipeline.processors[name].state
+        if state.backend == "postgres":
+            from stylus.monoid.pg import default_table
+
+            where = f"into table {state.table or default_table(pipeline.pipeline, name)}"
+        else:
+            where = f"under {state.dir}"
+        text += f"  seeded state of {len(result.states)} partitions {where}\n"
     emit_result(text, summary_file)

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from stylus.config.model import Pipeline, ProcessorSpec
-from stylus.state.backup.manager import local_offset
+from stylus.state.backup.manager import local_offset, pin_restored
 from stylus.state.backup.repository import Manifest, PartitionBackups
 from stylus.state.backup.target import target_for
 from stylus.state.kv import RocksKV, StoreLocked
@@ -103,11 +103,15 @@ def backup_list(pipeline_file: str, name: str, partition: int | None, as_json: b
 @click.option("--partition", type=int, default=None, help="only this input partition (default: all)")
 @click.option("--backup", "backup_id", default=None, help="this backup id (default: the newest usable one)")
 @click.option("--threads", type=int, default=4, show_default=True, help="parallel file downloads")
+@click.option("--drop-newer", is_flag=True, help="delete the backups newer than the one restored (a rollback)")
+@click.option("--yes", "-y", is_flag=True, help="do not ask before --drop-newer deletes backups")
 @output_option
 def backup_restore(pipeline_file: str, name: str, partition: int | None, backup_id: str | None, threads: int,
-                   output: str | None) -> None:
+                   drop_newer: bool, yes: bool, output: str | None) -> None:
     """Replace the local state of the processor's partitions by a backup. The processor must be stopped;
-    when it starts, it replays from the backup's offset to the group's committed offset, output suppressed."""
+    when it starts, it keeps this state (even if newer backups exist) and replays from the backup's offset
+    to the group's committed offset, output suppressed. --drop-newer also deletes the newer backups, so a
+    machine lost before the next backup cannot bring back the state rolled back from."""
     pipeline = _load(pipeline_file)
     spec = _processor(pipeline, name)
     repos = _repos(pipeline, name, spec, partition)
@@ -144,8 +148,17 @@ def backup_restore(pipeline_file: str, name: str, partition: int | None, backup_
         if restored is None:
             raise click.ClickException(f"{repo.label}: no usable backup"
                                        + (f" with id {backup_id}" if backup_id else ""))
+        pin_restored(dest, restored)  # the worker keeps it rather than restoring a newer backup
         seconds = time.monotonic() - started
         lines.append(f"{repo.label}: restored {restored.id} (offset {restored.offset}; local state was "
                      f"{'missing' if before is None else f'at offset {before}'}) {restored.size / 1e6:.1f} MB in "
                      f"{seconds:.2f}s")
+        newer = [i for i in repo.manifest_ids() if i > restored.id]
+        if drop_newer and newer:
+            if not yes:
+                click.confirm(f"{repo.label}: delete {len(newer)} newer backups ({', '.join(newer)})?", abort=True,
+                              err=True)
+            for dropped in newer:
+                repo.drop(dropped)
+            lines.append(f"{repo.label}: dropped {len(newer)} newer backups: {', '.join(newer)}")
     _emit("\n".join(lines) + "\n", output)

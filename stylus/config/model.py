@@ -71,6 +71,8 @@ class Semantics(Frozen):
 
 class CheckpointSpec(Frozen):
     interval: Duration = 2.0
+    # keep consuming and processing (output held) while a checkpoint's I/O is in flight (paper, Figure 9)
+    overlap: bool = True
 
 
 class BackupSpec(Frozen):
@@ -111,7 +113,14 @@ class EventTimeSpec(Frozen):
 
 
 class DedupSpec(Frozen):
-    window: Duration
+    """Drop input records whose id was already seen inside `window` of record time (stylus/core/dedup.py)."""
+
+    window: Duration = Field(gt=0)
+    # the producer-set id header (exactly-once outputs carry `stylus.id`); records without it, or all
+    # records when null, are identified by key + a hash of the value bytes
+    header: str | None = Field("stylus.id", min_length=1)
+    expected_ids: int = Field(100_000, ge=1, le=1_000_000_000)  # ids per partition per window: Bloom sizing
+    fp_rate: float = Field(0.01, gt=0.0, lt=0.5)  # Bloom false positives (each costs an exact state lookup)
 
 
 class AlertSpec(Frozen):
@@ -145,6 +154,17 @@ class ProcessorSpec(Frozen):
     @property
     def stateful(self) -> bool:
         return self.semantics.state is not None
+
+    @model_validator(mode="after")
+    def _dedup_needs_local_state(self) -> ProcessorSpec:
+        if self.dedup is not None and (self.semantics.state is None or self.state.backend != "rocksdb"):
+            raise FixableError(
+                "`dedup` keeps the ids it has seen in the processor's local state (so they follow its state "
+                "semantics): it needs `semantics.state` and the rocksdb state backend",
+                "add `state: exactly_once` (or at_least_once / at_most_once) under `semantics`, "
+                "or remove `dedup`",
+            )
+        return self
 
     @model_validator(mode="after")
     def _remote_state_semantics(self) -> ProcessorSpec:

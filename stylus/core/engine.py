@@ -11,6 +11,7 @@ import orjson
 
 from stylus.api import Processor, Record
 from stylus.config.model import Pipeline, ProcessorSpec
+from stylus.core.dedup import DedupFilter
 from stylus.core.message import RawMessage
 from stylus.core.sink import Sink
 from stylus.core.task import NO_TIME, PartitionTask
@@ -122,6 +123,7 @@ class Engine:
         self.late = LateHandler(pipeline, name, processor, sink)
         self.check_late = spec.event_time is not None  # `event_time.late` applies only where it is configured
         self.control_records = 0
+        self.dedup = DedupFilter(spec.dedup) if spec.dedup is not None else None  # stylus/core/dedup.py
         self._started = False
 
     def start(self) -> None:
@@ -143,6 +145,9 @@ class Engine:
         undo: Any = None
         pending: list[tuple[Any, ...]] = []
         count = 0
+        dedup = self.dedup
+        if dedup is not None:  # one check per batch: repeats are dropped (offsets advanced) before the loop
+            msgs = dedup.filter(msgs, task_for)
         now = time.monotonic()
         late_mark = NO_TIME
         sketch: Any = None
@@ -223,6 +228,8 @@ class Engine:
             ctx._pending = None
             task.next_offset = offset + 1
             count += 1
+        if dedup is not None:
+            count += dedup.batch_dropped  # dropped repeats are handled input too
         return count
 
     def fire_timers(self, tasks: Iterable[PartitionTask], watermark: int) -> int:

@@ -156,6 +156,9 @@ class StylusCollector(Collector):
                                    "lateness, by what happened to them (event_time.late)",
                                    labels=[*PROC_LABELS, "action"])
         rebalances = CounterMetricFamily("stylus_rebalances", "Partition assignment changes", labels=PROC_LABELS)
+        duplicates = CounterMetricFamily("stylus_duplicates_dropped", "Input records dropped as repeats of an id "
+                                         "seen inside the dedup window (counted in records processed too)",
+                                         labels=PROC_LABELS)
         latency = _histogram("stylus_processing_latency_seconds",
                              "Time to process one consumed batch through the processor", PROC_LABELS)
         ckpt = _histogram("stylus_checkpoint_duration_seconds", "Duration of one checkpoint", PROC_LABELS)
@@ -202,6 +205,8 @@ class StylusCollector(Collector):
             for action, count in worker.engine.late.counters.as_dict().items():
                 late.add_metric([*proc, action], count)
             rebalances.add_metric(proc, worker.rebalances)
+            if spec.dedup is not None:
+                duplicates.add_metric(proc, worker.duplicates)
             _add_timing(latency, proc, worker.stats.batch)
             _add_timing(ckpt, proc, worker.stats.checkpoint)
             _add_timing(commit, proc, worker.stats.commit)
@@ -220,7 +225,7 @@ class StylusCollector(Collector):
             running.add_metric(proc, 0 if worker.finished or name in errors else 1)
         yield from (lag_msgs, lag_secs, position, committed, end, processed, emitted, dead, skipped, late,
                     rebalances, latency, ckpt, commit, last_ckpt, interval, backup_age, backup_done, backup_failed,
-                    wm_lag, assigned, running)
+                    wm_lag, assigned, running, duplicates)
 
     def _lags(self, worker: Worker, tasks: list[PartitionTask], now: float
               ) -> dict[TP, tuple[int | None, int | None, int | None, int | None, float | None]]:

@@ -5,6 +5,7 @@ offset comes from the database's offsets table; its `save` merges deltas + offse
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from stylus.api import Processor
@@ -51,6 +52,11 @@ class RemotePartitionStore(PartitionStore):
         self._offset = target
         if state:
             self.deltas.mark_clean()
+
+    def prepare_save(self, offset: int | None = None, *, state: bool = True) -> Callable[[], None]:
+        """Remote state is saved at once, in its own database transaction: nothing is left for later."""
+        self.save(offset, state=state)
+        return lambda: None
 
     def state_changes(self) -> dict[bytes, bytes | None]:
         raise RuntimeError("remote monoid state is saved by `save`, not as local KV changes")

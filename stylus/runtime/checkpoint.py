@@ -6,8 +6,22 @@ Each ordering is data (a tuple of steps), so a test can build a wrong one and wa
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from stylus.core.task import PartitionTask
+
+log = logging.getLogger(__name__)
+
+#: Commit errors that mean "the group is rebalancing", not "the broker lost the offsets".
+_REBALANCING = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS,
+                          KafkaError.UNKNOWN_MEMBER_ID})
 
 
 class Step(StrEnum):
@@ -52,3 +66,137 @@ ORDERINGS: dict[tuple[str | None, str], Ordering] = {
 
 def ordering_for(state: str | None, output: str) -> Ordering:
     return ORDERINGS[(state, output)]
+
+
+# Steps that commit the consumer's offsets. librdkafka holds a consumer commit back while a rebalance
+# is in progress, and rebalance callbacks run on the worker thread: a commit waited for on another
+# thread while the worker sits in a callback would never finish. So these steps always run on the
+# worker thread, and only the steps between them go to the background.
+_CONSUMER_STEPS = frozenset({Step.OFFSETS, Step.STATE_AND_OFFSETS})
+
+
+def split_steps(steps: tuple[Step, ...]) -> tuple[tuple[Step, ...], tuple[Step, ...], tuple[Step, ...]]:
+    """(leading consumer steps, the steps that may run in the background, the rest). Order is kept."""
+    i = 0
+    while i < len(steps) and steps[i] in _CONSUMER_STEPS:
+        i += 1
+    j = i
+    while j < len(steps) and steps[j] not in _CONSUMER_STEPS:
+        j += 1
+    return steps[:i], steps[i:j], steps[j:]
+
+
+class PendingCheckpoint:
+    """One checkpoint: a snapshot taken on the worker thread (offsets, state changes, held output), then
+    the ordering's steps as pure I/O over that snapshot, which may run on a background thread while
+    the worker goes on consuming and processing into held output (the paper's Figure 9)."""
+
+    def __init__(self, worker: Any, tasks: list[PartitionTask]) -> None:
+        self.worker = worker
+        self.tasks = tasks
+        self.steps = worker.ordering.steps
+        self.prefix, self.middle, self.suffix = split_steps(self.steps)
+        self.offsets = {task.key: task.next_offset for task in tasks}
+        self.watermark = worker.engine.watermark  # what the output saved by this checkpoint covers
+        self.fenced: list[tuple[PartitionTask, Exception]] = []
+        self.started = time.monotonic()
+        self.held = worker.sink.take_held()  # at-most-once output this checkpoint releases
+        self.writes: dict[Step, list[Callable[[], None]]] = {}
+        for step in self.steps:
+            if step in (Step.STATE, Step.OFFSETS, Step.STATE_AND_OFFSETS):
+                self.writes[step] = [
+                    task.store.prepare_save(
+                        None if step is Step.STATE else self.offsets[task.key],
+                        state=step is not Step.OFFSETS,
+                    )
+                    for task in tasks
+                    if task.store is not None
+                    and (step is not Step.OFFSETS or task.next_offset != task.committed_offset)
+                ]
+        self.commits = [
+            TopicPartition(task.topic, task.partition, offset)
+            for task in tasks
+            if (offset := self.offsets[task.key]) is not None and offset != task.committed_offset
+        ]
+        self.txn_snapshots = (
+            [snap for task in tasks if (snap := worker.txns[task.key].snapshot()) is not None]
+            if Step.TRANSACTION in self.steps else []
+        )
+
+    def run(self) -> None:
+        """All the steps, in order, on this thread."""
+        self.run_prefix()
+        self.run_background()
+        self.run_suffix()
+
+    def run_prefix(self) -> None:
+        """Leading offset steps: on the worker thread, before any background work."""
+        self._run(self.prefix)
+
+    def run_background(self) -> None:
+        """The middle steps: only producer and RocksDB I/O on the snapshot, safe on another thread."""
+        self._run(self.middle)
+
+    def run_suffix(self) -> None:
+        """Trailing offset steps: on the worker thread, once the background steps are done."""
+        self._run(self.suffix)
+
+    def _run(self, steps: tuple[Step, ...]) -> None:
+        for step in steps:
+            if step is Step.EMIT:
+                self.worker.sink.produce_all(self.held)
+                self.worker.sink.flush()
+            elif step is Step.TRANSACTION:
+                self._transactions()
+            else:
+                for write in self.writes[step]:
+                    write()
+                if step is not Step.STATE:
+                    self._commit_kafka()
+            self.worker.faults.passed(step.value)
+
+    def _commit_kafka(self) -> None:
+        if not self.commits:
+            return
+        try:
+            self.worker.consumer.commit(offsets=self.commits, asynchronous=False)
+        except KafkaException as exc:
+            code = exc.args[0].code()
+            if code == KafkaError._NO_OFFSET:
+                return
+            # A rebalance started between the state write and this commit (docs/faults.md). The offsets are
+            # already in RocksDB; the Kafka commit only lags, so a new owner replays a little: harmless for
+            # at-least-once output. Held (at-most-once) output must not go out on a failed commit: raise.
+            if code in _REBALANCING and not self.held and not self.worker.ordering.holds_output:
+                log.warning(
+                    "%s: offset commit skipped, the group is rebalancing (%s); the next owner may replay "
+                    "records since the previous commit", self.worker.name, exc.args[0].str())
+                return
+            raise
+
+    def _transactions(self) -> None:
+        """T1-T5 of stylus/runtime/transactions.py for every partition with progress."""
+        from stylus.runtime.transactions import Fenced, output_marks
+
+        faults = self.worker.faults
+        committed = []
+        for snap in self.txn_snapshots:
+            try:
+                snap.txn.stage_and_send_offsets(snap)
+                faults.passed("txn.stage")
+                started = time.monotonic()
+                snap.txn.commit()
+                self.worker.stats.commit.observe(time.monotonic() - started)
+                faults.passed("txn.commit")
+                committed.append(snap)
+            except Fenced as exc:
+                self.fenced.append((snap.txn.task, exc))
+        if committed:
+            marks = output_marks(self.worker.consumer, self.worker.pipeline, self.worker.spec.outputs)
+            for snap in committed:
+                snap.txn.apply(snap, marks)
+                faults.passed("txn.apply")
+        for task in self.tasks:
+            txn = self.worker.txns.get(task.key)
+            if txn is not None and all(task is not t for t, _ in self.fenced):
+                txn.begin()

@@ -27,7 +27,9 @@ class KafkaSink:
     def __init__(self, producer: Producer, pipeline: Pipeline, outputs: tuple[str, ...], *, hold: bool) -> None:
         self.producer = producer
         self.encoders = {t: encoder(pipeline.topics[t].serde) for t in outputs}
-        self.held: list[Pending] | None = [] if hold else None
+        self.hold = hold  # at-most-once output: always held until its checkpoint is saved
+        self.paused = False  # held while a checkpoint is in flight on another thread
+        self.held: list[Pending] = []
         self.failures: list[str] = []
         self.emitted = 0
 
@@ -44,7 +46,7 @@ class KafkaSink:
     ) -> None:
         """Raw bytes to a topic (also the dead-letter path); obeys the same holding rule."""
         self.emitted += 1
-        if self.held is not None:
+        if self.hold or self.paused:
             self.held.append((topic, value, key, timestamp, headers))
             return
         self._produce(topic, value, key, timestamp, headers)
@@ -63,20 +65,29 @@ class KafkaSink:
 
     @property
     def held_count(self) -> int:
-        return len(self.held) if self.held is not None else 0
+        return len(self.held)
+
+    def take_held(self) -> list[Pending]:
+        """The held records a checkpoint is about to cover (snapshot, on the worker thread)."""
+        held, self.held = self.held, []
+        return held
+
+    def produce_all(self, records: list[Pending]) -> None:
+        for item in records:
+            self._produce(*item)
 
     def release(self) -> None:
-        """Produce everything held back (at-most-once output, after the checkpoint)."""
-        if self.held:
-            held, self.held = self.held, []
-            for item in held:
-                self._produce(*item)
+        """Produce everything held back."""
+        self.produce_all(self.take_held())
+
+    def resume(self) -> None:
+        """The checkpoint in flight is done: output flows again (at-most-once output stays held)."""
+        self.paused = False
+        if not self.hold:
+            self.release()
 
     def drop_held(self) -> int:
-        dropped = self.held_count
-        if self.held is not None:
-            self.held = []
-        return dropped
+        return len(self.take_held())
 
     def flush(self, timeout: float = 60.0) -> None:
         """Wait until the broker acknowledged every record produced so far, or raise."""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -81,6 +82,13 @@ class TransactionalSink(KafkaSink):
         if headers:
             stamped.extend(headers.items() if isinstance(headers, Mapping) else headers)
         super().send(topic, value, key, timestamp, stamped)
+
+
+@dataclass(frozen=True)
+class TxnSnapshot:
+    txn: TransactionalPartition
+    offset: int
+    changes: dict[bytes, bytes | None]
 
 
 class TransactionalPartition:
@@ -166,18 +174,22 @@ class TransactionalPartition:
         return found
 
     # ------------------------------------------------------------------ checkpoint
-    def stage_and_send_offsets(self) -> dict[bytes, bytes | None] | None:
-        """T1 + T2. Returns the staged changes (None when there is nothing to commit)."""
+    def snapshot(self) -> TxnSnapshot | None:
+        """What this checkpoint commits, taken on the worker thread (None: nothing to commit)."""
         task = self.task
         if task.next_offset is None or not task.has_progress:
             return None
         changes = task.store.state_changes() if task.store is not None else {}
+        return TxnSnapshot(self, task.next_offset, changes)
+
+    def stage_and_send_offsets(self, snap: TxnSnapshot) -> None:
+        """T1 + T2."""
+        task = self.task
         if task.store is not None:
-            task.store.stage(task.next_offset, changes)
+            task.store.stage(snap.offset, snap.changes)
         self._guard(lambda: self.producer.send_offsets_to_transaction(
-            [TopicPartition(task.topic, task.partition, task.next_offset)],
+            [TopicPartition(task.topic, task.partition, snap.offset)],
             self.consumer.consumer_group_metadata(), TXN_TIMEOUT))
-        return changes
 
     def commit(self) -> None:
         """T3."""
@@ -187,11 +199,10 @@ class TransactionalPartition:
             failures, self.sink.failures = self.sink.failures, []
             raise RuntimeError(f"{len(failures)} transactional records failed delivery: {failures[0]}")
 
-    def apply(self, changes: dict[bytes, bytes | None], marks: dict[str, int]) -> None:
+    def apply(self, snap: TxnSnapshot, marks: dict[str, int]) -> None:
         """T4."""
-        task = self.task
-        if task.store is not None and task.next_offset is not None:
-            task.store.apply_staged(task.next_offset, changes, PartitionStore.meta_change(MARKS_META, marks))
+        if self.task.store is not None:
+            self.task.store.apply_staged(snap.offset, snap.changes, PartitionStore.meta_change(MARKS_META, marks))
 
     def begin(self) -> None:
         """T5."""

@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +23,15 @@ from stylus.core.task import PartitionTask
 from stylus.eventtime.driver import WorkerEventTime
 from stylus.kafka.settings import client_config
 from stylus.monoid.backend import remote_state_for
-from stylus.runtime.checkpoint import Ordering, Step, ordering_for
+from stylus.runtime.checkpoint import Ordering, PendingCheckpoint, ordering_for
 from stylus.runtime.failures import FailurePolicy
 from stylus.runtime.faults import FaultInjector
 from stylus.runtime.sink import KafkaSink
 from stylus.runtime.stats import WorkerStats
-from stylus.runtime.transactions import Fenced, TransactionalPartition, output_marks
+from stylus.runtime.transactions import TransactionalPartition
 from stylus.state.backup import BackupManager
 from stylus.state.kv import RocksKV
-from stylus.state.store import PartitionStore
+from stylus.state.store import PartitionStore, StateMap
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ class Worker:
         self.tasks: dict[tuple[str, int], PartitionTask] = {}
         self.txns: dict[tuple[str, int], TransactionalPartition] = {}  # exactly-once output only
         self.faults = FaultInjector()
+        self.checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stylus-{name}-checkpoint")
+        self.inflight: tuple[PendingCheckpoint, Future[None]] | None = None
         self.processed = 0
         self.stats = WorkerStats()  # timings read by stylus.monitoring at scrape time
         self.checkpoints = 0
@@ -92,6 +95,8 @@ class Worker:
         cls = import_processor_class(self.spec.class_)
         self.processor: Processor = cls(config=self.spec.config, name=name)
         self.remote_state = remote_state_for(pipeline, name, self.processor)  # None: local RocksDB state
+        # remote monoid state saves in its own database transaction on the worker thread: no overlap there
+        self.overlap = self.spec.checkpoint.overlap and self.remote_state is None
         self.engine = Engine(self.processor, name, self.spec, pipeline, self.sink, self.failures)
         self.event_time = WorkerEventTime(  # watermarks, timers, late-record counters (stylus/eventtime)
             pipeline, name, instance, self.producer, self.engine,
@@ -124,11 +129,15 @@ class Worker:
                 if self.engine.track_time and self.tasks:
                     self.event_time.tick(self.tasks.values())
                 now = time.monotonic()
-                if now >= next_checkpoint or self.sink.held_count > MAX_HELD_OUTPUT:
-                    self.checkpoint()
+                held = sum(sink.held_count for sink in self._sinks())
+                if self.inflight is not None:  # too much held output waits for the checkpoint (backpressure)
+                    self._await_inflight(block=held > MAX_HELD_OUTPUT)
+                if self.inflight is None and (now >= next_checkpoint or held > MAX_HELD_OUTPUT):
+                    if self.overlap:
+                        self._checkpoint_in_background()
+                    else:
+                        self.checkpoint()
                     next_checkpoint = now + interval
-                    if self.backups is not None:  # a RocksDB checkpoint now, uploaded in the background
-                        self.backups.after_checkpoint(self.tasks.values())
                 if self.exit_when_idle is not None and self._idle(now):
                     log.info("%s: inputs consumed and idle for %.1fs; stopping", self.name, self.exit_when_idle)
                     break
@@ -165,11 +174,18 @@ class Worker:
     def _task_for(self, topic: str, partition: int) -> PartitionTask:
         return self.tasks[(topic, partition)]
 
+    @property
+    def duplicates(self) -> int:
+        """Input records dropped as repeats by `dedup` (stylus/core/dedup.py); they count in `processed`."""
+        return self.engine.dedup.dropped if self.engine.dedup is not None else 0
+
     def _idle(self, now: float) -> bool:
         assert self.exit_when_idle is not None
         caught_up = self.assigned_once and all(t.at_eof for t in self.tasks.values()) and self.upstream_done()
         if not caught_up or self.sink.held_count:
             self._idle_since = None
+            return False
+        if self.inflight is not None:  # a checkpoint still landing: not idle yet, but no new work either
             return False
         if self._idle_since is None:
             self._idle_since = now
@@ -177,6 +193,9 @@ class Worker:
 
     def _close(self, *, checkpoint: bool) -> None:
         try:
+            if not checkpoint and self.inflight is not None:
+                self.inflight[1].exception()  # let the I/O finish; its outcome no longer matters
+                self.inflight = None
             if checkpoint:
                 self.checkpoint()
             self.consumer.close()  # leaves the group; revocation callbacks checkpoint what is left
@@ -189,74 +208,70 @@ class Worker:
             self.producer.flush(10)
             if self.backups is not None:
                 self.backups.close()
+            self.checkpointer.shutdown(wait=True)
             self.processor.close()
             self.finished = True
 
     # ---------------------------------------------------------------- checkpoints
     def checkpoint(self, tasks: Iterable[PartitionTask] | None = None) -> None:
-        """Run the ordering's steps over `tasks` (all by default). Raises on any failure."""
+        """Checkpoint `tasks` (all by default) and wait for it. Raises on any failure."""
+        self._await_inflight()
+        pending = self._begin_checkpoint(tasks)
+        if pending is not None:
+            pending.run()
+            self._complete(pending)
+
+    def _begin_checkpoint(self, tasks: Iterable[PartitionTask] | None = None) -> PendingCheckpoint | None:
         chosen = [t for t in (self.tasks.values() if tasks is None else tasks) if t.next_offset is not None]
-        if not chosen and not self.sink.held_count:
+        if not any(t.has_progress for t in chosen) and not self.sink.held_count:
+            return None
+        return PendingCheckpoint(self, chosen)
+
+    def _checkpoint_in_background(self) -> None:
+        """Start a checkpoint whose I/O runs on the checkpoint thread; until it is done, output is held
+        and processing goes on (side-effect-free work overlapped with the checkpoint)."""
+        pending = self._begin_checkpoint()
+        if pending is None:
             return
-        started = time.monotonic()
-        watermark = self.engine.watermark  # what the output saved by this checkpoint covers
-        for step in self.ordering.steps:
-            self._run_step(step, chosen)
-            self.faults.passed(step.value)
-        for task in chosen:
-            task.committed_offset = task.next_offset
-        self.event_time.after_checkpoint(watermark, self.tasks.values())
+        pending.run_prefix()
+        if not pending.middle:
+            pending.run_suffix()
+            self._complete(pending)
+            return
+        for sink in self._sinks():
+            sink.paused = True
+        self.inflight = (pending, self.checkpointer.submit(pending.run_background))
+
+    def _await_inflight(self, *, block: bool = True) -> None:
+        if self.inflight is None:
+            return
+        pending, future = self.inflight
+        if not block and not future.done():
+            return
+        self.inflight = None
+        future.result()  # a failed checkpoint fails the worker, as it would inline
+        pending.run_suffix()
+        self._complete(pending)
+
+    def _complete(self, pending: PendingCheckpoint) -> None:
+        """Back on the worker thread once the steps are done."""
+        for task, exc in pending.fenced:
+            self._fenced(task, exc)
+        for task in pending.tasks:
+            task.committed_offset = pending.offsets[task.key]
+            if isinstance(task.state, StateMap):
+                task.state.evict()
+        for sink in self._sinks():
+            sink.resume()
+        self.event_time.after_checkpoint(pending.watermark, self.tasks.values())
         self.checkpoints += 1
-        self.last_checkpoint_seconds = time.monotonic() - started
+        self.last_checkpoint_seconds = time.monotonic() - pending.started
         self.stats.checkpoint.observe(self.last_checkpoint_seconds)
+        if self.backups is not None:  # a RocksDB checkpoint now, uploaded in the background
+            self.backups.after_checkpoint(self.tasks.values())
 
-    def _run_step(self, step: Step, tasks: list[PartitionTask]) -> None:
-        if step is Step.EMIT:
-            self.sink.release()
-            self.sink.flush()
-        elif step is Step.STATE:
-            for task in tasks:
-                if task.store is not None:
-                    task.store.save(state=True)
-        elif step is Step.OFFSETS:
-            for task in tasks:
-                if task.store is not None and task.next_offset != task.committed_offset:
-                    task.store.save(task.next_offset, state=False)
-            self._commit_kafka(tasks)
-        elif step is Step.STATE_AND_OFFSETS:
-            for task in tasks:
-                if task.store is not None:
-                    task.store.save(task.next_offset, state=True)
-            self._commit_kafka(tasks)
-        elif step is Step.TRANSACTION:
-            self._commit_transactions(tasks)
-        else:
-            raise WorkerFailed(f"step {step} is not run by this worker")
-
-    def _commit_transactions(self, tasks: list[PartitionTask]) -> None:
-        """T1-T5 of stylus/runtime/transactions.py for every partition with progress."""
-        staged = []
-        for task in tasks:
-            txn = self.txns[task.key]
-            try:
-                changes = txn.stage_and_send_offsets()
-                if changes is not None:
-                    self.faults.passed("txn.stage")
-                    started = time.monotonic()
-                    txn.commit()
-                    self.stats.commit.observe(time.monotonic() - started)
-                    self.faults.passed("txn.commit")
-                    staged.append((txn, changes))
-            except Fenced as exc:
-                self._fenced(task, exc)
-        if staged:
-            marks = output_marks(self.consumer, self.pipeline, self.spec.outputs)
-            for txn, changes in staged:
-                txn.apply(changes, marks)
-                self.faults.passed("txn.apply")
-        for task in tasks:
-            if task.key in self.txns:
-                self.txns[task.key].begin()
+    def _sinks(self) -> list[KafkaSink]:
+        return [self.sink, *(txn.sink for txn in self.txns.values())]
 
     def _fenced(self, task: PartitionTask, exc: Exception) -> None:
         """A newer instance owns the partition: forget our uncommitted work and let go of it."""
@@ -272,19 +287,6 @@ class Worker:
         except KafkaException as unassign_error:  # already being revoked
             log.debug("%s: unassign after fencing: %s", self.name, unassign_error)
 
-    def _commit_kafka(self, tasks: list[PartitionTask]) -> None:
-        offsets = [
-            TopicPartition(t.topic, t.partition, t.next_offset)
-            for t in tasks
-            if t.next_offset is not None and t.next_offset != t.committed_offset
-        ]
-        if offsets:
-            try:
-                self.consumer.commit(offsets=offsets, asynchronous=False)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError._NO_OFFSET:
-                    raise
-
     # ---------------------------------------------------------------- rebalances
     def _store_path(self, topic: str, partition: int) -> Path:
         return Path(self.spec.state.dir) / self.pipeline.pipeline / self.name / f"{topic}-{partition}"
@@ -299,12 +301,14 @@ class Worker:
             kv = RocksKV(self._store_path(topic, partition))
             store = PartitionStore(kv, cache_entries=self.spec.state.cache_entries)
         task = PartitionTask(topic, partition, store)
-        if self.backups is not None:  # group committed past the state: replay the gap, output suppressed
-            self.backups.catch_up(task, self.engine, self.consumer, self.bootstrap)
-        if self.ordering.transactional:
+        txn, committed = None, None
+        if self.ordering.transactional:  # first: fences the old owner, settles its last transaction
             txn = TransactionalPartition(task, self.pipeline, self.name, self.bootstrap, self.consumer,
                                          self.engine.ctx, self.instance)
             committed = txn.recover()
+        if self.backups is not None:  # group committed past the state: replay the gap, output suppressed
+            self.backups.catch_up(task, self.engine, self.consumer, self.bootstrap)
+        if txn is not None:
             if committed is not None:
                 task.next_offset = task.committed_offset = committed
             task.sink = txn.sink
@@ -328,6 +332,7 @@ class Worker:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
+        self._await_inflight()  # it may cover these partitions: let it land first
         revoked = [self.tasks[k] for k in ((tp.topic, tp.partition) for tp in partitions) if k in self.tasks]
         try:
             self.checkpoint(revoked)
@@ -341,6 +346,7 @@ class Worker:
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """The partitions already belong to someone else: save nothing, forget buffered work."""
         self.rebalances += 1
+        self._await_inflight()
         lost = [self.tasks[k] for k in ((tp.topic, tp.partition) for tp in partitions) if k in self.tasks]
         log.warning("%s: lost %d partitions without a clean hand-over", self.name, len(lost))
         for task in lost:

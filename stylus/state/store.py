@@ -7,6 +7,7 @@ Key layout in the KV (one database per input partition):
     b"\\x00m" + name      framework metadata (JSON)
     b"\\x00x"             a staged checkpoint (exactly-once output): offset + state changes, applied or
                          discarded on recovery depending on whether its Kafka transaction committed
+    b"d" + bucket + id, b"\\x00d"   the duplicate-suppression seen-set (stylus/state/seen.py, `attach`)
 Writes are buffered in memory and land in one atomic batch at `commit`, so state and offsets
 saved together can never disagree.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 import struct
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 import orjson
@@ -190,12 +191,25 @@ class StateMap(MutableMapping[str, Any]):
                 self._dirty.discard(key)
         undo.clear()
 
+    def take_changes(self) -> dict[bytes, bytes | None]:
+        """The buffered writes, and from now on they count as saved: a checkpoint snapshot. The values stay
+        cached, so reads are right while the write is still in flight on another thread."""
+        changes = self.changes()
+        self._dirty.clear()
+        if self._undo:
+            self._undo.clear()
+        return changes
+
+    def evict(self) -> None:
+        """Bound the cache once the writes it held are on disk; unsaved values always stay."""
+        if len(self._values) > self._capacity:
+            self._values = {key: self._values[key] for key in self._dirty}
+
     def mark_clean(self) -> None:
         if self._undo:
             self._undo.clear()
         self._dirty.clear()
-        if len(self._values) > self._capacity:
-            self._values.clear()
+        self.evict()
 
     def discard_changes(self) -> None:
         if self._undo:
@@ -243,6 +257,21 @@ class Timers:
             due.append(entry)
         return due
 
+    def remove(self, key: str, timestamp: int) -> bool:
+        """Take one timer out of the set (a catch-up replay firing a timer the old owner fired)."""
+        entry = (int(timestamp), key)
+        if entry not in self._members:
+            return False
+        self._members.discard(entry)
+        self._heap.remove(entry)
+        heapq.heapify(self._heap)
+        self._changes[self._key(*entry)] = None
+        return True
+
+    def __contains__(self, entry: object) -> bool:
+        """`(timestamp, key) in timers`."""
+        return entry in self._members
+
     def next_due(self) -> int | None:
         return self._heap[0][0] if self._heap else None
 
@@ -256,6 +285,13 @@ class Timers:
 
 class PartitionStore:
     """State, offsets and timers of one input partition in one KV."""
+
+    # Other buffered writers whose `take_changes()` joins every state save (the dedup seen-set).
+    extensions: tuple[Any, ...] = ()
+
+    def attach(self, source: Any) -> None:
+        """Save `source.take_changes()` in the same atomic batch as the state from now on."""
+        self.extensions = (*self.extensions, source)
 
     def __init__(self, kv: KV, *, cache_entries: int = 100_000) -> None:
         self.kv = kv
@@ -287,12 +323,14 @@ class PartitionStore:
 
     # checkpoint pieces ----------------------------------------------------------------------
     def state_changes(self) -> dict[bytes, bytes | None]:
-        """Buffered user-state and timer writes, not yet applied."""
-        changes = self.state.changes()
+        """Take the buffered user-state, timer and metadata writes (they now belong to a checkpoint)."""
+        changes = self.state.take_changes()
         changes.update(self.timers.take_changes())
         if self._meta_changes:
             changes.update(self._meta_changes)
             self._meta_changes = {}
+        for source in self.extensions:
+            changes.update(source.take_changes())
         return changes
 
     def apply(self, changes: dict[bytes, bytes | None]) -> None:
@@ -300,12 +338,19 @@ class PartitionStore:
         self.kv.write(changes)
         self.state.mark_clean()
 
-    def save(self, offset: int | None = None, *, state: bool = True) -> None:
-        """Save buffered state and/or the offset atomically; both together is exactly-once state."""
+    def prepare_save(self, offset: int | None = None, *, state: bool = True) -> Callable[[], None]:
+        """Snapshot now (on the worker thread); the returned write may run later, on any thread.
+        State and offset in one write is exactly-once state; either alone is half of an ordering."""
         changes: dict[bytes, bytes | None] = self.state_changes() if state else {}
         if offset is not None:
             changes.update(self.offset_change(offset))
-        self.apply(changes) if state else self.kv.write(changes)
+        kv = self.kv
+        return lambda: kv.write(changes)
+
+    def save(self, offset: int | None = None, *, state: bool = True) -> None:
+        """Save buffered state and/or the offset atomically, now."""
+        self.prepare_save(offset, state=state)()
+        self.state.evict()
 
     # staged checkpoints (exactly-once output) -----------------------------------------------------
     def stage(self, offset: int, changes: dict[bytes, bytes | None]) -> None:
@@ -318,13 +363,14 @@ class PartitionStore:
 
     def apply_staged(self, offset: int, changes: dict[bytes, bytes | None],
                      extra: dict[bytes, bytes | None] | None = None) -> None:
-        """After the transaction committed: state + offset + metadata in one batch, staging cleared."""
+        """After the transaction committed: state + offset + metadata in one batch, staging cleared.
+        Touches only the KV (the changes were taken from the cache when the checkpoint began)."""
         batch = dict(changes)
         batch.update(self.offset_change(offset))
         if extra:
             batch.update(extra)
         batch[_STAGED] = None
-        self.apply(batch)
+        self.kv.write(batch)
 
     def discard_staged(self) -> None:
         self.kv.write({_STAGED: None})

@@ -6,7 +6,8 @@
       aggregate: {type: sum, field: amount}     # count | sum | min | max | mean (field)
                                                 # top_k (k, by, item) | reduce (fn: module:function, initial)
       key: category                             # group by this field of the value (default: the record key)
-      emit: final                               # final: once when the window closes; update: every change too
+      emit: final                               # final: once when the window closes; update: every change too;
+                                                # changed: an update only when `changed()` says the result moved
       retain: 5m                                # keep closed windows this long for late corrections
 """
 
@@ -48,7 +49,7 @@ class WindowedConfig(_Frozen):
     window: WindowSpec
     aggregate: AggregateSpec = AggregateSpec()
     key: str | None = None
-    emit: Literal["final", "update"] = "final"
+    emit: Literal["final", "update", "changed"] = "final"
     retain: Duration | None = None
 
 

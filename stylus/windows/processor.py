@@ -9,6 +9,12 @@ Timers: "\\x00w" + hex16(end) at `end` closes every group's window ending there:
 are one contiguous key range, read with one range scan and deleted together in the next checkpoint
 batch. With `retain`, closed windows stay for that long to absorb late records (`late: update`):
 each late record re-emits the corrected result; "\\x00x" + hex16(end) at `end + retain` expires them.
+
+What is emitted: the final result when a window closes; with `emit: update` also one result per record
+that touches the window; with `emit: changed` one only when `changed(before, after)` says the result
+changed (a leaderboard that re-publishes only when its order moves). Every result goes through
+`emit_window`, so a subclass can route results elsewhere (fold closed windows into longer-lived state)
+instead of emitting them; `window_value` reads an open window's accumulator.
 """
 
 from __future__ import annotations
@@ -39,18 +45,23 @@ class WindowedProcessor(Processor):
     window: Tumbling | Hopping | Session | None = None
     aggregate: Aggregate | None = None
     key_field: str | None = None
-    emit_updates = False
+    emit_updates = False  # emit: update
+    emit_changes = False  # emit: changed
     retain_ms: int | None = None
 
     def __init__(self, config: Mapping[str, Any] | None = None, name: str = "") -> None:
         super().__init__(config, name)
-        if "window" in self.config:
+        if "window" in self.config:  # YAML overrides what it names; the class supplies the rest
             parsed = WindowedConfig.model_validate({k: self.config[k] for k in WindowedConfig.model_fields
                                                     if k in self.config})
             self.window = build_assigner(parsed.window)
-            self.aggregate = build_aggregate(parsed.aggregate)
-            self.key_field = parsed.key
-            self.emit_updates = parsed.emit == "update"
+            if "aggregate" in self.config or self.aggregate is None:
+                self.aggregate = build_aggregate(parsed.aggregate)
+            if "key" in self.config:
+                self.key_field = parsed.key
+            if "emit" in self.config:
+                self.emit_updates = parsed.emit == "update"
+                self.emit_changes = parsed.emit == "changed"
             if parsed.retain is not None:
                 self.retain_ms = int(parsed.retain * 1000)
         if self.window is None or self.aggregate is None:
@@ -90,9 +101,31 @@ class WindowedProcessor(Processor):
             out["late"] = True
         return out
 
-    def _emit(self, ctx: Context, key: str, start: int, end: int, acc: Any, *, final: bool, late: bool) -> None:
+    def changed(self, before: Any, after: Any) -> bool:
+        """With `emit: changed`: whether a record changed the window's result enough to emit it
+        (`before` is None for a new window). Default: any difference."""
+        return bool(before != after)
+
+    def emit_window(self, ctx: Context, key: str, start: int, end: int, acc: Any, *, final: bool,
+                    late: bool) -> None:
+        """Every result passes here: emits `result(...)` keyed by the group at `end - 1` (so the next
+        stage's windows nest). Override to send results elsewhere instead."""
         value = self.aggregate.result(acc)  # type: ignore[union-attr]
         ctx.emit(self.result(key, start, end, value, final=final, late=late), key=key, timestamp=end - 1)
+
+    def window_value(self, ctx: Context, key: str, end: int) -> Any:
+        """The accumulator of `key`'s open window ending at `end` (tumbling/hopping), or None."""
+        return ctx.state.get(_WINDOW + _hex(end) + key)
+
+    def _updated(self, ctx: Context, key: str, start: int, end: int, before: Any, acc: Any) -> None:
+        """After a record changed an open window: emit an update as `emit` asks."""
+        if self.emit_updates:
+            self.emit_window(ctx, key, start, end, acc, final=False, late=False)
+        elif self.emit_changes and acc is not before:
+            agg = self.aggregate
+            assert agg is not None
+            if self.changed(None if before is None else agg.result(before), agg.result(acc)):
+                self.emit_window(ctx, key, start, end, acc, final=False, late=False)
 
     # ------------------------------------------------------------------ event time
     def is_late(self, event_time: int, watermark: int) -> bool:
@@ -127,15 +160,16 @@ class WindowedProcessor(Processor):
                     ctx.set_timer(_EXPIRE + prefix[2:], end + (self.retain_ms or 0))
                 acc = agg.add(acc, value)
                 state[skey] = acc
-                self._emit(ctx, key, window.start(end), end, acc, final=True, late=True)
+                self.emit_window(ctx, key, window.start(end), end, acc, final=True, late=True)
                 continue
+            before = acc
             if acc is None:
                 acc = agg.zero()
                 ctx.set_timer(prefix, end)
             acc = agg.add(acc, value)
             state[skey] = acc
-            if self.emit_updates:
-                self._emit(ctx, key, window.start(end), end, acc, final=False, late=False)
+            if self.emit_updates or self.emit_changes:
+                self._updated(ctx, key, window.start(end), end, before, acc)
 
     def _process_tumbling(self, record: Record, ctx: Context) -> None:
         """`process` for the common case (tumbling, default shaping): the same steps, fewer calls."""
@@ -161,7 +195,7 @@ class WindowedProcessor(Processor):
             prefix = self._prefixes[end] = _WINDOW + _hex(end)
         skey = prefix + key
         state = ctx.state
-        acc = state.get(skey)
+        acc = before = state.get(skey)
         if acc is None:
             acc = agg.zero()
             ctx.set_timer(prefix, end)
@@ -171,8 +205,8 @@ class WindowedProcessor(Processor):
         else:
             acc = agg.add(acc, None if mode == 0 else agg.value_of(value))
         state[skey] = acc
-        if self.emit_updates:
-            self._emit(ctx, key, end - size, end, acc, final=False, late=False)
+        if self.emit_updates or self.emit_changes:
+            self._updated(ctx, key, end - size, end, before, acc)
 
     def on_timer(self, key: str, timestamp: int, ctx: Context) -> None:
         kind = key[:2]
@@ -181,7 +215,7 @@ class WindowedProcessor(Processor):
             start = window.start(timestamp)  # type: ignore[union-attr]
             entries = ctx.state.scan_prefix(key)  # type: ignore[attr-defined]
             for skey, acc in entries:
-                self._emit(ctx, skey[len(key):], start, timestamp, acc, final=True, late=False)
+                self.emit_window(ctx, skey[len(key):], start, timestamp, acc, final=True, late=False)
             if self.retain_ms:
                 ctx.set_timer(_EXPIRE + key[2:], timestamp + self.retain_ms)
             else:
@@ -205,8 +239,10 @@ class WindowedProcessor(Processor):
             return
         merged = [t, t + gap, agg.add(agg.zero(), value), 1 if late else 0]
         kept = []
+        joined = []  # accumulators of the sessions this record touches
         for session in ctx.state.get(skey) or []:
             if session[0] < merged[1] and merged[0] < session[1]:
+                joined.append(session[2])
                 merged = [min(session[0], merged[0]), max(session[1], merged[1]),
                           agg.merge(session[2], merged[2]), max(session[3], merged[3])]
             else:
@@ -215,12 +251,12 @@ class WindowedProcessor(Processor):
         kept.sort(key=lambda s: s[0])
         ctx.state[skey] = kept
         if merged[3]:  # touches a closed session: re-emit it corrected
-            self._emit(ctx, key, merged[0], merged[1], merged[2], final=True, late=True)
+            self.emit_window(ctx, key, merged[0], merged[1], merged[2], final=True, late=True)
             ctx.set_timer(_SESSION_EXPIRE + key, merged[1] + retain)
             return
         ctx.set_timer(skey, merged[1])
-        if self.emit_updates:
-            self._emit(ctx, key, merged[0], merged[1], merged[2], final=False, late=False)
+        if self.emit_updates or self.emit_changes:  # a new or merged session always counts as changed
+            self._updated(ctx, key, merged[0], merged[1], joined[0] if len(joined) == 1 else None, merged[2])
 
     def _session_timer(self, ctx: Context, key: str, expire: bool) -> None:
         skey = _SESSION + key
@@ -231,7 +267,7 @@ class WindowedProcessor(Processor):
         for session in ctx.state.get(skey) or []:
             start, end, acc, closed = session
             if not closed and end <= watermark:
-                self._emit(ctx, key, start, end, acc, final=True, late=False)
+                self.emit_window(ctx, key, start, end, acc, final=True, late=False)
                 changed = True
                 if retain:
                     kept.append([start, end, acc, 1])

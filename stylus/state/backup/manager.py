@@ -17,7 +17,9 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import orjson
 from confluent_kafka import Consumer
 from rocksdict import AccessType, Checkpoint, Options, Rdict
 
@@ -25,8 +27,9 @@ from stylus.config.model import BackupSpec, Pipeline
 from stylus.core.engine import Engine
 from stylus.core.task import PartitionTask
 from stylus.state.backup.replay import group_committed, replay_suppressed
-from stylus.state.backup.repository import HashCache, PartitionBackups
+from stylus.state.backup.repository import HashCache, Manifest, PartitionBackups
 from stylus.state.backup.target import BackupTarget, target_for
+from stylus.state.backup.timeline import FiredTimer, fired_timers
 from stylus.state.kv import RocksKV
 from stylus.state.store import PartitionStore
 
@@ -42,21 +45,41 @@ class _Job:
     path: Path
 
 
+PIN_META = "restored_backup"  # written by `stylus backup restore`: this local state was chosen by hand
+PIN_KEY = next(iter(PartitionStore.meta_change(PIN_META, 0)))
+
+
 def local_offset(store_path: Path) -> int | None:
     """The next input offset saved in a local store, or None when there is no usable store."""
+    return local_state(store_path)[0]
+
+
+def local_state(store_path: Path) -> tuple[int | None, dict[str, Any] | None]:
+    """(next input offset, pin) of a local store, read without locking it; (None, None) when unusable."""
     if not (store_path / "CURRENT").exists():
-        return None
+        return None, None
     options = Options(raw_mode=True)
     try:
         db = Rdict(str(store_path), options, access_type=AccessType.read_only())
     except Exception as exc:  # a damaged local store is as good as none: the backup replaces it
         log.warning("local state %s cannot be read (%s); treating it as missing", store_path, exc)
-        return None
+        return None, None
     try:
         raw = db.get(OFFSET_KEY)
-        return None if raw is None else int(struct.unpack(">q", bytes(raw))[0])
+        pin = db.get(PIN_KEY)
+        return (None if raw is None else int(struct.unpack(">q", bytes(raw))[0]),
+                None if pin is None else orjson.loads(bytes(pin)))
     finally:
         db.close()
+
+
+def pin_restored(store_path: Path, manifest: Manifest) -> None:
+    """Mark a store restored by hand, so the worker keeps it instead of restoring a newer backup."""
+    store = PartitionStore(RocksKV(store_path))
+    try:
+        store.kv.write(PartitionStore.meta_change(PIN_META, {"id": manifest.id, "offset": manifest.offset}))
+    finally:
+        store.close()
 
 
 class BackupManager:
@@ -107,8 +130,12 @@ class BackupManager:
         With a consumer, the group's committed offset decides first: local state at or past it is current
         (no backup can be newer), so a normal restart never waits on the target; and with no committed
         offset at all the backups belong to an earlier life of the group and are left alone."""
-        local = local_offset(store_path)
+        local, pin = local_state(store_path)
         repo = self.partition(topic, partition)
+        if pin is not None and local is not None and pin.get("offset") == local:
+            log.info("%s: local state of %s was restored from backup %s by hand (offset %s); keeping it",
+                     self.processor, repo.label, pin.get("id"), local)
+            return False
         if consumer is not None:
             committed = group_committed(consumer, topic, partition)
             if committed is None:
@@ -218,7 +245,16 @@ class BackupManager:
         state left behind when the partition moved away), replay the gap with output suppressed."""
         if task.store is None or task.next_offset is None or not isinstance(getattr(task.store, "kv", None), RocksKV):
             return 0
+        if task.store.meta(PIN_META) is not None:  # honoured once: from now on the state moves on
+            task.store.set_meta(PIN_META, None)
         committed = group_committed(consumer, task.topic, task.partition)
         if committed is None or committed <= task.next_offset:
             return 0
-        return replay_suppressed(task, engine, bootstrap, committed)
+        fired: list[FiredTimer] = []
+        if engine.track_time:  # exactly-once output tells which timers the old owner fired, and when
+            try:
+                fired = fired_timers(bootstrap, task.store, task.topic, task.partition)
+            except Exception as exc:  # then they fire again later; the transactional skip set still applies
+                log.warning("%s: cannot read the outputs of %s[%d] to find the timers already fired (%s)",
+                            self.processor, task.topic, task.partition, exc)
+        return replay_suppressed(task, engine, bootstrap, committed, fired=fired)

@@ -12,19 +12,23 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
 from stylus.core.engine import Engine
-from stylus.core.task import PartitionTask
+from stylus.core.task import NO_TIME, PartitionTask
+from stylus.eventtime.clock import META_KEY, clock_of
 from stylus.kafka.offsets import end_offsets
 from stylus.kafka.reader import read_range
+from stylus.state.backup.timeline import FiredTimer
 
 log = logging.getLogger(__name__)
 
 BATCH = 5000
+SMALL_BATCH = 100
+_END = 2**63  # fire(): the end of the replay, where waiting timers that are still unset are dropped
 
 
 def _discard(topic: str, key: str | None, value: Any, timestamp: int, headers: Mapping[str, Any] | None) -> None:
@@ -42,8 +46,9 @@ def group_committed(consumer: Consumer, topic: str, partition: int, timeout: flo
 
 
 def replay_suppressed(task: PartitionTask, engine: Engine, bootstrap: str, until: int, *,
-                      timeout: float = 600.0) -> int:
+                      timeout: float = 600.0, fired: Sequence[FiredTimer] = ()) -> int:
     """Process task.next_offset..until with output suppressed, then save state + offset `until` together.
+    `fired`: the timers the old owner fired in that span (timeline.py), fired again at the same points.
     Returns the number of records replayed."""
     start = task.next_offset
     if start is None or until <= start or task.store is None:
@@ -58,23 +63,110 @@ def replay_suppressed(task: PartitionTask, engine: Engine, bootstrap: str, until
                     start, low)
         start = low
     started = time.monotonic()
-    saved_sink, saved_failures = task.sink, engine.failures
+    saved_sink, saved_failures, saved_watermark = task.sink, engine.failures, engine.watermark
     task.sink, engine.failures = _discard, _quiet_failure
+    # The replay runs on the partition's own event time (the backup's floor), not on this instance's
+    # watermark: records that were on time for the old owner stay on time.
+    engine.watermark = NO_TIME
+    timers = _TimerReplay(task, engine, fired)
     count = 0
     try:
         batch: list[Any] = []
         for msg in read_range(bootstrap, {key: (start, until)}, timeout=timeout):
+            offset = msg.offset()
+            if timers.anchored_before(offset):
+                if batch:
+                    count += engine.process_messages(batch, lambda t, p: task)
+                    batch = []
+                timers.fire(offset)
             batch.append(msg)
-            if len(batch) >= BATCH:
+            # while a fired timer is not set yet, look for it often: the records setting it are near
+            if len(batch) >= (SMALL_BATCH if timers.waiting else BATCH):
                 count += engine.process_messages(batch, lambda t, p: task)
                 batch = []
+                timers.fire(offset + 1)
         if batch:
             count += engine.process_messages(batch, lambda t, p: task)
+        timers.fire(_END)
     finally:
-        task.sink, engine.failures = saved_sink, saved_failures
+        task.sink, engine.failures, engine.watermark = saved_sink, saved_failures, saved_watermark
+    # The floor moves only now: the old owner's watermark passed these timers somewhere in the span, but
+    # raising it at a (lower-bound) firing point could make records late that were on time for it.
+    clock = clock_of(task)
+    clock.floor = max(clock.floor, timers.max_fired)
+    snapshot = clock.snapshot()
+    if snapshot is not None:
+        task.store.set_meta(META_KEY, snapshot)
     task.next_offset = until
     task.store.save(until, state=True)
     task.committed_offset = until
-    log.info("%s[%d]: replayed offsets %d..%d (%d records) with output suppressed in %.2fs", *key, start, until,
-             count, time.monotonic() - started)
+    log.info("%s[%d]: replayed offsets %d..%d (%d records, %d of %d timers the old owner fired) with output "
+             "suppressed in %.2fs", *key, start, until, count, timers.fired, len(fired),
+             time.monotonic() - started)
     return count
+
+
+class _TimerReplay:
+    """Fires the old owner's timers during a replay: each right after the record it is anchored to or,
+    when it is not set yet at that point, within SMALL_BATCH records of the record that sets it. (The old
+    owner fired it when its watermark passed; the anchor is a lower bound of that point.)"""
+
+    def __init__(self, task: PartitionTask, engine: Engine, fired: Sequence[FiredTimer]) -> None:
+        self.task = task
+        self.engine = engine
+        self.plan = sorted(fired)
+        self.next = 0
+        self.waiting: list[FiredTimer] = []
+        self.fired = 0
+        self.max_fired = NO_TIME  # the latest timer fired inside the replayed span
+
+    def anchored_before(self, offset: int) -> bool:
+        return self.next < len(self.plan) and self.plan[self.next].anchor < offset
+
+    def fire(self, offset: int) -> None:
+        """All records before `offset` are processed: fire the timers anchored before it that are set;
+        keep waiting for the others, unless they fired before a record already processed (then they fired
+        before the backup: their output sits after the backup's marks, which are low bounds)."""
+        assert self.task.store is not None
+        timers = self.task.store.timers
+        while self.anchored_before(offset):
+            self.waiting.append(self.plan[self.next])
+            self.next += 1
+        still = []
+        end = offset >= _END
+        for entry in sorted(self.waiting, key=lambda e: (e.timestamp, e.key)):
+            if (entry.timestamp, entry.key) in timers:
+                if end or self._reached(entry.timestamp):
+                    timers.remove(entry.key, entry.timestamp)
+                    self._fire_one(entry.key, entry.timestamp)
+                    if not end:
+                        self.max_fired = max(self.max_fired, entry.timestamp)
+                else:
+                    still.append(entry)
+            elif entry.upper >= offset and not end:
+                still.append(entry)
+        self.waiting = still
+
+    def _reached(self, timestamp: int) -> bool:
+        """Could the old owner's watermark have passed `timestamp` by now? Not before this partition's own
+        watermark did, for a source partition (one fed by upstream watermarks cannot tell: the replay
+        skips control records)."""
+        tracker = self.engine.watermarks
+        if tracker.required.get(self.task.topic):
+            return True
+        return tracker.partition_mark(self.task, time.monotonic())[0] >= timestamp
+
+    def _fire_one(self, key: str, timestamp: int) -> None:
+        task, ctx = self.task, self.engine.ctx
+        ctx.state = task.state
+        ctx._task = task
+        ctx._sink = task.sink
+        ctx.record = None
+        ctx._timer = (timestamp, key)
+        ctx._timestamp = timestamp
+        ctx.watermark = max(clock_of(task).floor, timestamp)  # the old owner's had passed it
+        try:
+            self.engine._fire_one(task, key, timestamp)
+        finally:
+            ctx._timer = None
+        self.fired += 1

@@ -212,6 +212,11 @@ class PartitionBackups:
                 if result is not None:
                     result.deleted_blobs += 1
 
+    def drop(self, backup_id: str) -> None:
+        """Delete one backup's manifest (its blobs go at the next prune, unless a kept backup uses them)."""
+        self.target.delete(f"{self.prefix}/manifests/{backup_id}.json")
+        self._manifests.pop(backup_id, None)
+
     # ------------------------------------------------------------------ restoring
     def restore(self, dest: Path, *, backup_id: str | None = None, threads: int = 4,
                 progress: Progress | None = None, on_start: Callable[[Manifest], None] | None = None

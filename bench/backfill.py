@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import threading
@@ -101,13 +102,14 @@ def warm_up(spark: Any) -> float:
     return time.monotonic() - started
 
 
-def bench_backfill(spark: Any, path: Path, bootstrap: str) -> tuple[float, int]:
+def bench_backfill(spark: Any, path: Path, bootstrap: str) -> tuple[float, float, int]:
+    """(end to end incl. planning and the final flush, first to last record processed by any task, records)."""
     pipeline = load_pipeline(path)
     started = time.monotonic()
     plan = plan_for(pipeline, "count", bootstrap, parse_bound(None, default="earliest"),
                     parse_bound(None, default="latest"))
     result = run_plan(spark, pipeline, "count", plan, OutputTarget(kind="outputs"))
-    return time.monotonic() - started, result.records
+    return time.monotonic() - started, result.processing_seconds, result.records
 
 
 def _arrow(msgs: list[Any]) -> pa.RecordBatch:
@@ -158,7 +160,7 @@ def bench_ingest(spark: Any, plan: Plan) -> dict[str, float]:
             return RECORD_SCHEMA
 
         def reader(self, schema: Any) -> DataSourceReader:
-            return RangeReader(self.options)
+            return RangeReader(dict(self.options))
 
     spark.dataSource.register(KafkaRanges)
     out: dict[str, float] = {}
@@ -179,6 +181,11 @@ def bench_ingest(spark: Any, plan: Plan) -> dict[str, float]:
     return out
 
 
+def _load() -> str:
+    """The 1-minute load average: these 2 cores are shared, so every figure carries it."""
+    return f"{os.getloadavg()[0]:.1f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -197,18 +204,19 @@ def main() -> None:
         print(f"produced {n} records in {time.monotonic() - started:.1f}s", flush=True)
 
         stream_s = bench_stream(pipeline_file(tmp, "stream"), bootstrap, n)
-        print(f"streaming replay (stylus run, 1 worker): {stream_s:.1f}s = {n / stream_s:,.0f} records/s",
-              flush=True)
+        print(f"streaming replay (stylus run, 1 worker), first to last record: {stream_s:.1f}s = "
+              f"{n / stream_s:,.0f} records/s [load {_load()}]", flush=True)
         results = {"stream": stream_s}
         for master in ("local[2]", "local[1]"):
             spark = spark_session(master, f"bench-{master}")
             print(f"{master}: first job (Python workers start, imports) {warm_up(spark):.1f}s", flush=True)
             path = pipeline_file(tmp, master.replace("[", "").replace("]", ""))
-            seconds, records = bench_backfill(spark, path, bootstrap)
+            seconds, active, records = bench_backfill(spark, path, bootstrap)
             assert records == n, (records, n)
             results[master] = seconds
-            print(f"backfill {master}: {seconds:.1f}s = {n / seconds:,.0f} records/s "
-                  f"({stream_s / seconds:.2f}x streaming)", flush=True)
+            print(f"backfill {master}: end to end {seconds:.1f}s = {n / seconds:,.0f} records/s "
+                  f"({stream_s / seconds:.2f}x streaming); first to last record {active:.1f}s = "
+                  f"{n / active:,.0f} records/s ({stream_s / active:.2f}x) [load {_load()}]", flush=True)
             if master == "local[2]":
                 plan = plan_for(load_pipeline(path), "count", bootstrap, parse_bound(None, default="earliest"),
                                 parse_bound(None, default="latest"))

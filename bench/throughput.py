@@ -23,14 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer
 
 from stylus import Context, Processor, Record
 from stylus.config import parse_pipeline
+from stylus.config.model import TopicSpec
 from stylus.kafka.admin import create_topics, delete_topics
 from stylus.kafka.broker import EmbeddedBroker
 from stylus.kafka.settings import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
-from stylus.config.model import TopicSpec
 from stylus.runtime.worker import Worker
 
 TYPES = ["post", "comment", "like", "share", "view"]

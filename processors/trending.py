@@ -21,7 +21,7 @@ from typing import Any
 
 from processors.dimensions import DEFAULT_PATH, DimensionTable
 from processors.generator import KEYWORDS, TOPICS
-from processors.trend_history import Decay, trend_score
+from processors.trend_history import Decay, History, trend_score
 from stylus import Context, Processor, Record
 from stylus.config.durations import parse_duration
 from stylus.windows import Count, Hopping, TopK, Tumbling, WindowedProcessor
@@ -142,6 +142,7 @@ class Scorer(WindowedProcessor):
             raise ValueError("Scorer: `window` must be {type: sliding, size: ..., slide: ...}")
         self.decay = Decay(window.size, window.slide, float(self.config.get("alpha", 0.1)),
                            _ms(self.config, "ttl", "10m"))
+        self._memo: dict[str, tuple[Any, int, int, History]] = {}  # key -> (entry, horizon, origin, history)
 
     def key_of(self, record: Record) -> str:
         value = record.value
@@ -161,27 +162,48 @@ class Scorer(WindowedProcessor):
         if t > newest:
             newest = t
             state[CLOCK_KEY] = [origin, t]
-        super().process(record, ctx)  # counted in every window it falls in
+        key = self.key_of(record)
+        self.add(ctx, key, t, None)  # counted in every window it falls in
         end = t - t % slide + slide
         watermark = ctx.watermark
         if end <= watermark:
             return  # its own window has closed
-        key = self.key_of(record)
         count = self.window_value(ctx, key, end)
-        entry = state.get(key)
-        hist = entry["h"] if entry is not None else self.decay.start(origin)
-        horizon = end - self.decay.size
-        # closed windows wait in the entry; open ones (after the watermark) are read from the windows
-        closed = [p for p in entry["p"] if p[0] <= horizon] if entry is not None else []
-        low = max(hist[2], watermark)
-        for window_end in range(low - low % slide + slide, horizon + 1, slide):
-            open_count = self.window_value(ctx, key, window_end)
-            if open_count:
-                closed.append([window_end, open_count])
-        score = trend_score(self.decay, hist, closed, end, count, newest, origin)
+        hist = self._history(ctx, key, end - self.decay.size, origin)
+        score = trend_score(self.decay, hist, [], end, count, newest, origin)
         value = record.value
         ctx.emit({"event_id": value["event_id"], "topic": value.get("topic", UNKNOWN_TOPIC),
                   "score": round(score, 3), "count": count, "ts": t}, key=value.get("topic", UNKNOWN_TOPIC))
+
+    def _history(self, ctx: Context, key: str, horizon: int, origin: int) -> History:
+        """The key's history through every window that ended by `horizon`: those already folded, closed
+        ones waiting in its entry, and open ones (after the watermark) read from the windows. When no
+        open window is involved it depends only on the entry object and the horizon (entries are never
+        changed in place): remembered, so the records of one key and slide fold it once."""
+        decay = self.decay
+        slide = decay.slide
+        entry = ctx.state.get(key)
+        hist = entry["h"] if entry is not None else decay.start(origin)
+        low = max(hist[2], ctx.watermark)
+        first_open = low - low % slide + slide
+        if first_open > horizon:
+            memo = self._memo.get(key)
+            if memo is not None and memo[0] is entry and memo[1] == horizon and memo[2] == origin:
+                return memo[3]
+        if entry is not None:
+            for window_end, window_count in entry["p"]:
+                if window_end > horizon:
+                    break
+                hist = decay.fold(hist, window_end, window_count, origin)
+        for window_end in range(first_open, horizon + 1, slide):
+            open_count = self.window_value(ctx, key, window_end)
+            if open_count:
+                hist = decay.fold(hist, window_end, open_count, origin)
+        if first_open > horizon:
+            if len(self._memo) >= 100_000:
+                self._memo.clear()
+            self._memo[key] = (entry, horizon, origin, hist)
+        return hist
 
     def emit_window(self, ctx: Context, key: str, start: int, end: int, acc: Any, *, final: bool,
                     late: bool) -> None:

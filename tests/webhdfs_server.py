@@ -15,6 +15,7 @@ import hashlib
 import json
 import posixpath
 import shutil
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -151,9 +152,17 @@ class WebHdfsServer:
         }
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that gave up on a hung request closed its socket: nothing to report."""
+        if isinstance(sys.exc_info()[1], BrokenPipeError | ConnectionResetError):
+            return
+        super().handle_error(request, client_address)
+
+
 def _make_server(owner: WebHdfsServer, *, datanode: bool) -> ThreadingHTTPServer:
     handler = type("Handler", (_Handler,), {"owner": owner, "datanode": datanode})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     server.daemon_threads = True
     return server
 

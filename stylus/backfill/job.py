@@ -52,6 +52,12 @@ class BackfillResult:
     states: dict[tuple[str, int], dict[bytes, bytes]] = field(default_factory=dict)
     next_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     emitted: list[Emitted] = field(default_factory=list)
+    span: tuple[float, float] | None = None  # wall clock of the first and the last record any task processed
+
+    @property
+    def processing_seconds(self) -> float:
+        """First to last record processed, over all tasks: measured as a stream's replay is (benchmarks)."""
+        return self.span[1] - self.span[0] if self.span else 0.0
 
     def user_state(self) -> dict[tuple[str, int], dict[str, Any]]:
         """Decoded `ctx.state` per input partition."""
@@ -127,6 +133,9 @@ def _gather(result: BackfillResult, table: Any, pipeline: Pipeline, *, want_stat
             summary = orjson.loads(cols["value"][i])
             result.records += summary["read"]
             result.outputs.update(summary["outputs"])
+            if summary.get("first") is not None:
+                first, last = summary["first"], summary["last"]
+                result.span = (min(first, result.span[0]), max(last, result.span[1])) if result.span else (first, last)
         elif kind == "state" and want_state:
             tp = (cols["topic"][i], cols["partition"][i])
             result.states.setdefault(tp, {})[bytes(cols["key"][i])] = bytes(cols["value"][i])

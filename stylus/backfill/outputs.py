@@ -125,17 +125,28 @@ class TopicOutput(TaskOutput):
 
     def __call__(self, topic: str, key: str | None, value: Any, timestamp: int,
                  headers: Mapping[str, Any] | None) -> None:
-        super().__call__(topic, key, value, timestamp, headers)
-        extra = _headers(headers)
-        if self.target:
-            extra.append((SHADOW_HEADER, topic.encode()))
+        """Per emit, so kept lean: the common case (str key, no headers) is one encode and one produce."""
+        self.counts[topic] += 1
         data = self.encoders[topic](value)
+        if self.collect:
+            self.collected.append((topic, key, _json(value), timestamp))
+        raw_key = key.encode("utf-8", "surrogateescape") if type(key) is str else encode_key(key)
+        target = self.target
+        try:
+            if target is None and not headers:
+                self.produce(topic, data, raw_key, timestamp=timestamp)
+                return
+        except BufferError:
+            pass
+        extra = _headers(headers)
+        if target:
+            extra.append((SHADOW_HEADER, topic.encode()))
         while True:
             try:
                 if extra:
-                    self.produce(self.target or topic, data, encode_key(key), timestamp=timestamp, headers=extra)
+                    self.produce(target or topic, data, raw_key, timestamp=timestamp, headers=extra)
                 else:
-                    self.produce(self.target or topic, data, encode_key(key), timestamp=timestamp)
+                    self.produce(target or topic, data, raw_key, timestamp=timestamp)
                 return
             except BufferError:
                 self.producer.poll(0.05)

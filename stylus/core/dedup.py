@@ -21,9 +21,10 @@ from typing import Any
 
 from stylus.config.model import DedupSpec
 from stylus.core.task import PartitionTask
-from stylus.eventtime.control import is_control
+from stylus.eventtime.control import HEADER as CONTROL_HEADER
+from stylus.state.bloom import LOW64, PATTERN_MASK
 from stylus.state.kv import MemoryKV
-from stylus.state.seen import SeenIds, hash_of
+from stylus.state.seen import SeenIds
 
 
 def record_id(key: bytes | None, value: bytes | None, headers: Any, header: str | None) -> bytes:
@@ -68,38 +69,65 @@ class DedupFilter:
 
     def filter(self, msgs: Iterable[Any], task_for: Callable[[str, int], PartitionTask]) -> Iterator[Any]:
         """Yield the records to process, in order; a repeat advances its task's offset and is skipped."""
-        self.batch_dropped = 0
         header = self.header
         last_topic: str | None = None
         last_partition = -1
         task: Any = None
         seen: Any = None
-        handled: tuple[Any, bytes, int, int] | None = None  # the record yielded last: marked when resumed
-        for msg in msgs:
-            if handled is not None:
-                handled[0].add(handled[1], handled[2], handled[3])
-                handled = None
-            topic = msg.topic()
-            partition = msg.partition()
-            if partition != last_partition or topic != last_topic:
-                task = task_for(topic, partition)
-                seen = self.seen_ids(task)
-                last_topic, last_partition = topic, partition
-            headers = msg.headers()
-            if headers and is_control(headers):
+        words: Any = None
+        patterns: Any = None
+        nwords = 1
+        partitions: dict[tuple[str, int], tuple[Any, ...]] = {}
+        marked: Any = None  # the SeenIds of the record yielded last (None: nothing to mark)
+        digest = b""
+        h = ts = dropped = 0
+        try:
+            for msg in msgs:
+                if marked is not None:  # the engine is done with the previous record: remember its id
+                    marked.add(digest, h, ts)
+                    marked = None
+                topic = msg.topic()
+                partition = msg.partition()
+                if partition != last_partition or topic != last_topic:
+                    cached = partitions.get((topic, partition))
+                    if cached is None:
+                        task = task_for(topic, partition)
+                        seen = self.seen_ids(task)
+                        bloom = seen.bloom  # replaced only by a checkpoint, never inside a batch
+                        cached = partitions[(topic, partition)] = (task, seen, bloom.words, bloom.nwords,
+                                                                   bloom.patterns)
+                    task, seen, words, nwords, patterns = cached
+                    last_topic, last_partition = topic, partition
+                headers = msg.headers()
+                rid = None
+                if headers:
+                    for name, found in headers:
+                        if name == header:
+                            rid = found
+                        elif name == CONTROL_HEADER:
+                            break
+                    else:
+                        name = None
+                    if name == CONTROL_HEADER:  # an upstream watermark: the engine's business
+                        yield msg
+                        continue
+                if rid:
+                    digest = blake2b(b"h" + rid, digest_size=16).digest()
+                else:
+                    digest = record_id(msg.key(), msg.value(), None, None)
+                h = int.from_bytes(digest, "little")
+                ts = msg.timestamp()[1]
+                mask = patterns[(h >> 64) & PATTERN_MASK]  # the Bloom filter, inlined: most records stop here
+                if words[(h & LOW64) % nwords] & mask == mask and seen.seen(digest, h, ts):
+                    seen.advance(ts)
+                    task.next_offset = msg.offset() + 1
+                    task.at_eof = False
+                    dropped += 1
+                    continue
+                marked = seen
                 yield msg
-                continue
-            digest = record_id(msg.key(), msg.value(), headers, header)
-            h = hash_of(digest)
-            ts = msg.timestamp()[1]
-            if seen.seen(digest, h, ts):
-                seen.advance(ts)
-                task.next_offset = msg.offset() + 1
-                task.at_eof = False
-                self.batch_dropped += 1
-                self.dropped += 1
-                continue
-            handled = (seen, digest, h, ts)
-            yield msg
-        if handled is not None:
-            handled[0].add(handled[1], handled[2], handled[3])
+            if marked is not None:
+                marked.add(digest, h, ts)
+        finally:  # also when the engine stops mid-batch (the last yielded record stays unmarked)
+            self.batch_dropped = dropped
+            self.dropped += dropped

@@ -123,6 +123,9 @@ class Engine:
         self.late = LateHandler(pipeline, name, processor, sink)
         self.check_late = spec.event_time is not None  # `event_time.late` applies only where it is configured
         self.control_records = 0
+        # per-record atomicity (journal + held emits) exists for failure policies that skip a record; a
+        # runner whose every failure ends the run (backfill's RaiseFailures) may turn it off for speed
+        self.atomic = True
         self.dedup = DedupFilter(spec.dedup) if spec.dedup is not None else None  # stylus/core/dedup.py
         self._started = False
 
@@ -144,6 +147,7 @@ class Engine:
         decode: Any = None
         undo: Any = None
         pending: list[tuple[Any, ...]] = []
+        held = pending if self.atomic else None  # where emits wait until the record has succeeded
         count = 0
         dedup = self.dedup
         if dedup is not None:  # one check per batch: repeats are dropped (offsets advanced) before the loop
@@ -161,7 +165,7 @@ class Engine:
                 ctx.state = task.state
                 ctx._task = task
                 ctx._sink = task.sink or self.sink
-                undo = task.state.journal() if task.state is not None else None
+                undo = task.state.journal() if task.state is not None and self.atomic else None
                 last_topic, last_partition = topic, partition
                 clock = clock_of(task)
                 clock.last_active = now
@@ -210,7 +214,7 @@ class Engine:
                     continue
             ctx.record = record
             ctx._timestamp = timestamp
-            ctx._pending = pending
+            ctx._pending = held
             if undo:
                 undo.clear()  # the journal covers exactly this record's writes
             try:

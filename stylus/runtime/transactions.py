@@ -117,10 +117,19 @@ class TransactionalPartition:
         self.open = False
 
     # ------------------------------------------------------------------ recovery
-    def recover(self) -> int | None:
-        """Fence older owners, settle a staged checkpoint, find already-visible outputs.
-        Returns the offset to resume from (None: the group has none; start per auto.offset.reset)."""
+    def fence(self) -> None:
+        """init_transactions: an older owner of this partition can no longer commit, and (on the embedded
+        broker) its abandoned transaction stops blocking read_committed readers. Fence every assigned
+        partition before settling any: settling reads outputs, which another abandoned transaction blocks."""
         self.producer.init_transactions(TXN_TIMEOUT)
+
+    def recover(self) -> int | None:
+        self.fence()
+        return self.settle()
+
+    def settle(self) -> int | None:
+        """Settle a staged checkpoint and find the outputs already visible. Returns the offset to resume
+        from (None: the group has none; start per auto.offset.reset)."""
         tp = TopicPartition(self.task.topic, self.task.partition)
         committed_tp = self.consumer.committed([tp], timeout=TXN_TIMEOUT)[0]
         committed = committed_tp.offset if committed_tp.offset >= 0 else None
@@ -133,6 +142,11 @@ class TransactionalPartition:
                             "records in between is missing (restore it from a backup)", self.processor,
                             tp.topic, tp.partition, local, committed)
         self.sink.skip = self._visible_ids(store)
+        if store is not None and not store.meta(MARKS_META):
+            # the first transaction of this partition: remember where its output can start, so that if it is
+            # abandoned, the next owner knows where to look for its already-visible records
+            marks = output_marks(self.consumer, self.pipeline, self.outputs)
+            store.kv.write(PartitionStore.meta_change(MARKS_META, marks))
         if self.sink.skip:
             log.warning("%s: %s[%d]: %d outputs of an unfinished transaction are already visible; they will not "
                         "be emitted again", self.processor, tp.topic, tp.partition, len(self.sink.skip))

@@ -138,6 +138,8 @@ class Worker:
                     else:
                         self.checkpoint()
                     next_checkpoint = now + interval
+                    if self.inflight is None and self.backups is not None:  # no progress: failed rounds retry
+                        self.backups.after_checkpoint(self.tasks.values())
                 if self.exit_when_idle is not None and self._idle(now):
                     log.info("%s: inputs consumed and idle for %.1fs; stopping", self.name, self.exit_when_idle)
                     break
@@ -301,25 +303,29 @@ class Worker:
             kv = RocksKV(self._store_path(topic, partition))
             store = PartitionStore(kv, cache_entries=self.spec.state.cache_entries)
         task = PartitionTask(topic, partition, store)
-        txn, committed = None, None
-        if self.ordering.transactional:  # first: fences the old owner, settles its last transaction
+        if self.ordering.transactional:  # fence the old owner now; settle once every partition is fenced
             txn = TransactionalPartition(task, self.pipeline, self.name, self.bootstrap, self.consumer,
                                          self.engine.ctx, self.instance)
-            committed = txn.recover()
-        if self.backups is not None:  # group committed past the state: replay the gap, output suppressed
-            self.backups.catch_up(task, self.engine, self.consumer, self.bootstrap)
-        if txn is not None:
-            if committed is not None:
-                task.next_offset = task.committed_offset = committed
+            txn.fence()
             task.sink = txn.sink
             self.txns[task.key] = txn
         return task
 
+    def _prepare_task(self, task: PartitionTask) -> None:
+        """After every assigned partition was opened (and fenced): settle, catch up, choose the offset."""
+        txn = self.txns.get(task.key)
+        committed = txn.settle() if txn is not None else None
+        if self.backups is not None:  # group committed past the state: replay the gap, output suppressed
+            self.backups.catch_up(task, self.engine, self.consumer, self.bootstrap)
+        if committed is not None:
+            task.next_offset = task.committed_offset = committed
+
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
         self.assigned_once = True
-        for tp in partitions:
-            task = self._open_task(tp.topic, tp.partition)
+        opened = [self._open_task(tp.topic, tp.partition) for tp in partitions]
+        for tp, task in zip(partitions, opened, strict=True):
+            self._prepare_task(task)
             self.tasks[task.key] = task
             tp.offset = task.next_offset if task.next_offset is not None else OFFSET_STORED
         if partitions:

@@ -1,21 +1,26 @@
 """A small blocked Bloom filter in pure Python: the "definitely new" fast path of duplicate suppression.
 
-Each item sets `k` bits inside ONE 64-bit word (a "blocked" filter): a lookup is one array read and
-one mask compare instead of `k` scattered reads, which is what keeps it cheap in pure Python. Items
-come in already hashed (a 128-bit blake2b digest): the low 64 bits pick the word, six bits each of
-the high 64 bits pick the bits. A blocked filter needs a few more bits per item than a classic one
-for the same false-positive rate; `sizing` finds them from the exact formula.
+Each item sets `k` bits inside ONE 64-bit word (a "blocked" filter), and the k bits come as one
+precomputed pattern (one of 16384 masks of k distinct bits): a lookup is one array read, one table
+read and one compare instead of `k` scattered reads, which is what keeps it cheap in pure Python.
+Items come in already hashed (a 128-bit blake2b digest): the low 64 bits pick the word, the next
+14 bits the pattern. A blocked filter needs a few more bits per item than a classic one for the same
+false-positive rate; `sizing` finds them from the exact formula (the finite pattern table adds about
+items-per-word / 16384, ~0.03 percentage points, to it).
 """
 
 from __future__ import annotations
 
 import math
+import random
 from array import array
 from functools import lru_cache
 
 _WORD = 64
-_LOW64 = (1 << 64) - 1
-_MAX_K = 10  # six bits per position: ten positions use 60 of the 64 high bits
+LOW64 = (1 << 64) - 1
+_MAX_K = 16
+_PATTERN_BITS = 14
+PATTERN_MASK = (1 << _PATTERN_BITS) - 1
 
 
 def _false_positive_rate(bits_per_item: float, k: int) -> float:
@@ -27,7 +32,7 @@ def _false_positive_rate(bits_per_item: float, k: int) -> float:
         if x:
             weight *= lam / x
         total += weight * (1.0 - (1.0 - 1.0 / _WORD) ** (k * x)) ** k
-    return total
+    return total + lam / (1 << _PATTERN_BITS)  # an item with the same word and pattern: a sure hit
 
 
 @lru_cache(maxsize=64)
@@ -40,34 +45,35 @@ def sizing(fp_rate: float) -> tuple[int, int]:
     return 64, _MAX_K
 
 
+@lru_cache(maxsize=_MAX_K)
+def patterns(k: int) -> tuple[int, ...]:
+    """The 16384 masks of `k` distinct bits in a 64-bit word. Fixed seed, though nothing persisted depends
+    on it: a filter is rebuilt from the stored ids whenever a partition opens."""
+    rng = random.Random(0x5717_1D5 + k)
+    return tuple(sum(1 << bit for bit in rng.sample(range(_WORD), k)) for _ in range(1 << _PATTERN_BITS))
+
+
 class BloomFilter:
     """Answers `may_contain(h)`: False means never added; True means probably added."""
 
-    __slots__ = ("capacity", "count", "k", "nwords", "words")
+    __slots__ = ("capacity", "count", "k", "nwords", "patterns", "words")
 
     def __init__(self, capacity: int, fp_rate: float = 0.01) -> None:
         bits, self.k = sizing(fp_rate)
         self.capacity = max(1, capacity)
         self.nwords = max(1, -(-self.capacity * bits // _WORD))
         self.words = array("Q", bytes(8 * self.nwords))
+        self.patterns = patterns(self.k)
         self.count = 0  # items added since it was built (duplicates of an item included)
-
-    def _mask(self, high: int) -> int:
-        mask = 0
-        for _ in range(self.k):
-            mask |= 1 << (high & 63)
-            high >>= 6
-        return mask
 
     def add(self, h: int) -> None:
         """`h`: a 128-bit hash (int.from_bytes of a 16-byte digest)."""
-        index = (h & _LOW64) % self.nwords
-        self.words[index] |= self._mask(h >> 64)
+        self.words[(h & LOW64) % self.nwords] |= self.patterns[(h >> 64) & PATTERN_MASK]
         self.count += 1
 
     def may_contain(self, h: int) -> bool:
-        mask = self._mask(h >> 64)
-        return self.words[(h & _LOW64) % self.nwords] & mask == mask
+        mask = self.patterns[(h >> 64) & PATTERN_MASK]
+        return self.words[(h & LOW64) % self.nwords] & mask == mask
 
     @property
     def full(self) -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import struct
 from collections import deque
 
-from stylus.state.bloom import BloomFilter
+from stylus.state.bloom import LOW64, PATTERN_MASK, BloomFilter
 from stylus.state.kv import KV
 
 BUCKETS = 8  # buckets per window: the set holds between 1 and 1 + 1/BUCKETS windows of ids
@@ -56,7 +56,8 @@ class SeenIds:
         # Taken by a checkpoint whose write may still be in flight (on another thread): (generation, ids).
         # A generation is dropped once the KV holds its number: its ids are readable from the KV then.
         self.inflight: deque[tuple[int, dict[bytes, int]]] = deque()
-        self.buckets: dict[int, int] = {}  # bucket -> ids stored in it
+        self.buckets: set[int] = set()  # buckets holding ids (persisted or pending)
+        self._bucket, self._prefix = NO_TIME, b""  # the bucket `add` wrote last, and its key prefix
         self.high, self.generation = self._persisted()
         self._taken_high = self.high
         self.lookups = 0  # Bloom positives checked against the exact set
@@ -68,18 +69,21 @@ class SeenIds:
     def seen(self, digest: bytes, h: int, ts: int) -> bool:
         """True when an id with this digest was added with a timestamp within the window of `ts` and
         not older than `high mark - window`. `h`: the digest as an int (the Bloom filter's hash)."""
+        bloom = self.bloom
+        mask = bloom.patterns[(h >> 64) & PATTERN_MASK]
+        if bloom.words[(h & LOW64) % bloom.nwords] & mask != mask:
+            return False  # definitely new: the common case, settled without touching the state
         high = self.high
         lo = (ts if ts > high else high) - self.window
         hi = ts + self.window if ts + self.window < high else high
-        if lo > hi or not self.bloom.may_contain(h):
+        if lo > hi:
             return False
         self.lookups += 1
         width = self.width
         first, last = lo // width, hi // width
         start = min(max(ts // width, first), last)  # a repeat usually carries the same timestamp
         for bucket in (start, *range(first, start), *range(start + 1, last + 1)):
-            key = bucket_prefix(bucket) + digest
-            found = self._lookup(key)
+            found = self._lookup(bucket_prefix(bucket) + digest)
             if found is not None and lo <= found <= hi:
                 return True
         self.false_positives += 1
@@ -103,9 +107,13 @@ class SeenIds:
         elif ts < self.high - self.window:
             return  # already older than anything a later record is compared with
         bucket = ts // self.width
-        self.pending[bucket_prefix(bucket) + digest] = ts
-        self.buckets[bucket] = self.buckets.get(bucket, 0) + 1
-        self.bloom.add(h)
+        if bucket != self._bucket:
+            self._bucket, self._prefix = bucket, bucket_prefix(bucket)
+            self.buckets.add(bucket)
+        self.pending[self._prefix + digest] = ts
+        bloom = self.bloom
+        bloom.words[(h & LOW64) % bloom.nwords] |= bloom.patterns[(h >> 64) & PATTERN_MASK]
+        bloom.count += 1
 
     def advance(self, ts: int) -> None:
         """A dropped duplicate still moves the high mark (it was handled input)."""
@@ -130,10 +138,11 @@ class SeenIds:
         changes: dict[bytes, bytes | None] = {}
         cutoff = self.cutoff()
         expired = [b for b in self.buckets if b < cutoff]
+        self._bucket = NO_TIME  # `add` re-registers its bucket if it was among the expired
         if expired:
             limit = bucket_prefix(cutoff)
             for bucket in expired:
-                del self.buckets[bucket]
+                self.buckets.discard(bucket)
                 for key, _ in self.kv.scan(bucket_prefix(bucket)):
                     changes[key] = None
             for _, ids in self.inflight:  # maybe not in the KV yet: delete them after they land
@@ -164,11 +173,8 @@ class SeenIds:
         for ids in (*(ids for _, ids in self.inflight), self.pending):
             keys.extend(key for key in ids if key[:9] >= limit)
         keys = list(set(keys))
-        counts: dict[int, int] = {}
-        for key in keys:
-            bucket = _U64.unpack_from(key, 1)[0] - _BIAS
-            counts[bucket] = counts.get(bucket, 0) + 1
-        self.buckets = counts
+        self.buckets = {_U64.unpack_from(key, 1)[0] - _BIAS for key in keys}
+        self._bucket = NO_TIME
         bloom = BloomFilter(max(self.capacity, 2 * len(keys)), self.fp_rate)
         for key in keys:
             bloom.add(hash_of(key[9:]))
@@ -178,5 +184,8 @@ class SeenIds:
 
     @property
     def size(self) -> int:
-        """Ids held (persisted or pending), expired buckets not yet deleted included."""
-        return sum(self.buckets.values())
+        """Ids held (persisted, in flight or pending), expired buckets not yet deleted included. A scan."""
+        keys = {key for key, _ in self.kv.scan(PREFIX)}
+        for ids in (*(ids for _, ids in self.inflight), self.pending):
+            keys.update(ids)
+        return len(keys)

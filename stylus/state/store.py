@@ -230,6 +230,7 @@ class Timers:
         self._heap: list[tuple[int, str]] = []
         self._members: set[tuple[int, str]] = set()
         self._changes: dict[bytes, bytes | None] = {}
+        self.added: list[tuple[int, str]] | None = None  # when a list: new timers are also appended to it
         for raw_key, _ in kv.scan(_TIMER):
             entry = (_TS.unpack_from(raw_key, 1)[0], raw_key[9:].decode("utf-8", "surrogateescape"))
             self._members.add(entry)
@@ -244,6 +245,8 @@ class Timers:
         entry = (int(timestamp), key)
         if entry in self._members:
             return
+        if self.added is not None:
+            self.added.append(entry)
         self._members.add(entry)
         heapq.heappush(self._heap, entry)
         self._changes[self._key(*entry)] = b""

@@ -115,7 +115,8 @@ class WindowedProcessor(Processor):
 
     def window_value(self, ctx: Context, key: str, end: int) -> Any:
         """The accumulator of `key`'s open window ending at `end` (tumbling/hopping), or None."""
-        return ctx.state.get(_WINDOW + _hex(end) + key)
+        prefix = self._prefixes.get(end)
+        return ctx.state.get((_WINDOW + _hex(end) if prefix is None else prefix) + key)
 
     def _updated(self, ctx: Context, key: str, start: int, end: int, before: Any, acc: Any) -> None:
         """After a record changed an open window: emit an update as `emit` asks."""
@@ -133,9 +134,11 @@ class WindowedProcessor(Processor):
         return self.window.last_end(event_time) <= watermark  # type: ignore[union-attr]
 
     def process(self, record: Record, ctx: Context) -> None:
-        key = self.key_of(record)
-        value = self.value_of(record)
-        t: int = ctx.event_time  # type: ignore[attr-defined]
+        self.add(ctx, self.key_of(record), ctx.event_time, self.value_of(record))  # type: ignore[attr-defined]
+
+    def add(self, ctx: Context, key: str, t: int, value: Any) -> None:
+        """Aggregate `value` (as `value_of` gives it) into every window of group `key` that event time `t`
+        falls in: what `process` does with a record, for subclasses that shape their own input."""
         window = self.window
         if isinstance(window, Session):
             self._session_add(ctx, key, t, value, window.gap)

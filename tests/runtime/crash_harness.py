@@ -43,7 +43,7 @@ class CrashRun:
     outputs_per_src: Counter[str] = field(default_factory=Counter)
     inputs: list[str] = field(default_factory=list)  # every input's src id
     output_counts: dict[tuple[int, int], list[int]] = field(default_factory=dict)
-    output_log: list[tuple[int, int, int]] = field(default_factory=list)  # (out position, window, count)
+    output_log: list[tuple[int, str, int]] = field(default_factory=list)  # (out position, src, count)
     kill_positions: list[int] = field(default_factory=list)  # outputs visible at each kill
     log: str = ""
 
@@ -78,7 +78,7 @@ class CrashRun:
 
 
 def _pipeline_doc(name: str, topic_in: str, topic_out: str, state: str | None, output: str, state_dir: Path,
-                  interval: str) -> dict[str, object]:
+                  interval: str, window_ms: int = WINDOW_MS) -> dict[str, object]:
     semantics: dict[str, str] = {"output": output}
     if state:
         semantics["state"] = state
@@ -91,7 +91,7 @@ def _pipeline_doc(name: str, topic_in: str, topic_out: str, state: str | None, o
                 "class": "processors.counter:CounterNode",
                 "inputs": [topic_in],
                 "outputs": [topic_out],
-                "config": {"window": f"{WINDOW_MS}ms"},
+                "config": {"window": f"{window_ms}ms"},
                 "semantics": semantics,
                 "checkpoint": {"interval": interval},
                 "state": {"dir": str(state_dir)},
@@ -152,6 +152,7 @@ def run_crash_harness(
     ordering: tuple[str, ...] | None = None,
     fault: str | None = None,
     interval: str = "100ms",
+    window_ms: int = WINDOW_MS,
 ) -> CrashRun:
     """With `fault` (e.g. "offsets:3"), the single crash is the injected one instead of random kills."""
     rng = random.Random(seed)
@@ -161,7 +162,7 @@ def run_crash_harness(
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "pipeline.yaml"
     path.write_text(yaml.safe_dump(_pipeline_doc(name, topic_in, topic_out, state, output, workdir / "state",
-                                                 interval)))
+                                                 interval, window_ms)))
     log = workdir / "worker.log"
     env = stylus_env(bootstrap)
     run = CrashRun(state, output)
@@ -197,7 +198,7 @@ def run_crash_harness(
     run.log = log.read_text(errors="replace") + drain.stdout + drain.stderr
     if drain.returncode != 0:
         raise RuntimeError(f"drain run failed ({drain.returncode}):\n{run.log[-3000:]}")
-    _collect(run, bootstrap, topic_in, topic_out, workdir / "state" / name / "counter")
+    _collect(run, bootstrap, topic_in, topic_out, workdir / "state" / name / "counter", window_ms)
     delete_topics(bootstrap, [topic_in, topic_out, f"{name}.counter.dlq"])
     return run
 
@@ -219,17 +220,18 @@ def _visible_outputs(bootstrap: str, topic: str) -> int:
     return sum(high for _, high in ends.values())
 
 
-def _collect(run: CrashRun, bootstrap: str, topic_in: str, topic_out: str, state_root: Path) -> None:
+def _collect(run: CrashRun, bootstrap: str, topic_in: str, topic_out: str, state_root: Path,
+             window_ms: int) -> None:
     for msg in read_topic(bootstrap, topic_in):
         run.inputs.append(f"{topic_in}:{msg.partition()}:{msg.offset()}")
         ts = msg.timestamp()[1]
-        run.truth[(msg.partition(), ts - ts % WINDOW_MS)] += 1
+        run.truth[(msg.partition(), ts - ts % window_ms)] += 1
     for position, msg in enumerate(read_topic(bootstrap, topic_out)):
         value = orjson.loads(msg.value())
         run.outputs_per_src[value["src"]] += 1
         source_partition = int(value["src"].rsplit(":", 2)[1])
         run.output_counts.setdefault((source_partition, value["window"]), []).append(value["count"])
-        run.output_log.append((position, value["window"], value["count"]))
+        run.output_log.append((position, value["src"], value["count"]))
     if run.state_semantics is None:
         return
     for partition in range(PARTITIONS):

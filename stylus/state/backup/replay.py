@@ -10,6 +10,7 @@ path pays for a check. See docs/backups.md.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -68,7 +69,7 @@ def replay_suppressed(task: PartitionTask, engine: Engine, bootstrap: str, until
     # The replay runs on the partition's own event time (the backup's floor), not on this instance's
     # watermark: records that were on time for the old owner stay on time.
     engine.watermark = NO_TIME
-    timers = _TimerReplay(task, engine, fired)
+    timers = TimerReplay(task, engine, fired)
     count = 0
     try:
         batch: list[Any] = []
@@ -80,7 +81,7 @@ def replay_suppressed(task: PartitionTask, engine: Engine, bootstrap: str, until
                     batch = []
                 timers.fire(offset)
             batch.append(msg)
-            # while a fired timer is not set yet, look for it often: the records setting it are near
+            # while a timer waits, look often: the record that sets it or moves the watermark is near
             if len(batch) >= (SMALL_BATCH if timers.waiting else BATCH):
                 count += engine.process_messages(batch, lambda t, p: task)
                 batch = []
@@ -89,6 +90,7 @@ def replay_suppressed(task: PartitionTask, engine: Engine, bootstrap: str, until
             count += engine.process_messages(batch, lambda t, p: task)
         timers.fire(_END)
     finally:
+        timers.close()
         task.sink, engine.failures, engine.watermark = saved_sink, saved_failures, saved_watermark
     # The floor moves only now: the old owner's watermark passed these timers somewhere in the span, but
     # raising it at a (lower-bound) firing point could make records late that were on time for it.
@@ -106,55 +108,76 @@ def replay_suppressed(task: PartitionTask, engine: Engine, bootstrap: str, until
     return count
 
 
-class _TimerReplay:
-    """Fires the old owner's timers during a replay: each right after the record it is anchored to or,
-    when it is not set yet at that point, within SMALL_BATCH records of the record that sets it. (The old
-    owner fired it when its watermark passed; the anchor is a lower bound of that point.)"""
+class TimerReplay:
+    """Fires the old owner's timers during a replay: each once the records up to its anchor are processed,
+    it is set, and this partition's own watermark has passed it; checked after every batch, and batches
+    shrink to SMALL_BATCH records while some timer waits. (The old owner fired it when its watermark
+    passed; these are lower bounds of that point.)"""
 
     def __init__(self, task: PartitionTask, engine: Engine, fired: Sequence[FiredTimer]) -> None:
+        assert task.store is not None
         self.task = task
         self.engine = engine
+        self.timers = task.store.timers
         self.plan = sorted(fired)
         self.next = 0
-        self.waiting: list[FiredTimer] = []
+        self.ready: list[tuple[int, str]] = []  # heap: anchored and set, waiting for the watermark
+        self.unset: dict[tuple[int, str], FiredTimer] = {}  # anchored, not set (yet)
+        self.unset_by_upper: list[tuple[int, int, str]] = []  # heap over `unset` by upper bound
         self.fired = 0
         self.max_fired = NO_TIME  # the latest timer fired inside the replayed span
+        self.timers.added = [] if self.plan else None
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self.ready or self.unset)
 
     def anchored_before(self, offset: int) -> bool:
         return self.next < len(self.plan) and self.plan[self.next].anchor < offset
 
-    def fire(self, offset: int) -> None:
-        """All records before `offset` are processed: fire the timers anchored before it that are set;
-        keep waiting for the others, unless they fired before a record already processed (then they fired
-        before the backup: their output sits after the backup's marks, which are low bounds)."""
-        assert self.task.store is not None
-        timers = self.task.store.timers
-        while self.anchored_before(offset):
-            self.waiting.append(self.plan[self.next])
-            self.next += 1
-        still = []
-        end = offset >= _END
-        for entry in sorted(self.waiting, key=lambda e: (e.timestamp, e.key)):
-            if (entry.timestamp, entry.key) in timers:
-                if end or self._reached(entry.timestamp):
-                    timers.remove(entry.key, entry.timestamp)
-                    self._fire_one(entry.key, entry.timestamp)
-                    if not end:
-                        self.max_fired = max(self.max_fired, entry.timestamp)
-                else:
-                    still.append(entry)
-            elif entry.upper >= offset and not end:
-                still.append(entry)
-        self.waiting = still
+    def close(self) -> None:
+        self.timers.added = None
 
-    def _reached(self, timestamp: int) -> bool:
-        """Could the old owner's watermark have passed `timestamp` by now? Not before this partition's own
-        watermark did, for a source partition (one fed by upstream watermarks cannot tell: the replay
-        skips control records)."""
+    def fire(self, offset: int) -> None:
+        """All records before `offset` are processed (`_END`: the replay is over): fire what is due."""
+        timers, end = self.timers, offset >= _END
+        while self.anchored_before(offset):
+            entry = self.plan[self.next]
+            self.next += 1
+            self._anchored(entry)
+        if timers.added:
+            for new in timers.added:
+                if self.unset.pop(new, None) is not None:
+                    heapq.heappush(self.ready, new)
+            timers.added.clear()
+        # not set although a record after which it fired is processed: it fired before the backup (its
+        # output sits after the backup's marks, which are low bounds)
+        while self.unset_by_upper and (end or self.unset_by_upper[0][0] < offset):
+            _, ts, key = heapq.heappop(self.unset_by_upper)
+            self.unset.pop((ts, key), None)
+        mark = _END if end else self._own_watermark()
+        while self.ready and self.ready[0][0] <= mark:
+            ts, key = heapq.heappop(self.ready)
+            if timers.remove(key, ts):
+                self._fire_one(key, ts)
+                if not end:
+                    self.max_fired = max(self.max_fired, ts)
+
+    def _anchored(self, entry: FiredTimer) -> None:
+        item = (entry.timestamp, entry.key)
+        if item in self.timers:
+            heapq.heappush(self.ready, item)
+        else:
+            self.unset[item] = entry
+            heapq.heappush(self.unset_by_upper, (entry.upper, *item))
+
+    def _own_watermark(self) -> int:
+        """The old owner's watermark cannot have been ahead of this partition's own, for a source
+        partition; one fed by upstream watermarks cannot tell (the replay skips control records)."""
         tracker = self.engine.watermarks
         if tracker.required.get(self.task.topic):
-            return True
-        return tracker.partition_mark(self.task, time.monotonic())[0] >= timestamp
+            return _END
+        return tracker.partition_mark(self.task, time.monotonic())[0]
 
     def _fire_one(self, key: str, timestamp: int) -> None:
         task, ctx = self.task, self.engine.ctx

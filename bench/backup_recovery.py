@@ -6,8 +6,9 @@ Two `stylus run` instances of WordCount (exactly-once state; `--output` semantic
 separate state dirs, backups every 2 s to the WebHDFS test server (own process). `--records` are
 processed and backed up; then the target refuses while `--gap` more records are processed and committed
 (so the backups are that far behind the group, as with a long backup interval); then one instance is
-SIGKILLed and its state dir deleted, the target heals, and the clock runs until the group has committed
-every input record again. The survivor's log gives the restore and replay times per partition.
+SIGKILLed and its state dir deleted, the target heals, `--after` more records arrive, and the clock runs
+until the group has committed every input record (so the lost partitions are restored, replayed and live).
+The survivor's log gives the restore and replay times per partition.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=400_000)
     parser.add_argument("--gap", type=int, default=200_000, help="records committed after the last backup")
     parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--after", type=int, default=10_000, help="records produced right after the kill")
     parser.add_argument("--output", default="at_least_once", choices=["at_least_once", "exactly_once"])
     args = parser.parse_args()
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp_dir:
@@ -90,6 +92,7 @@ def main() -> None:
             killed = time.monotonic()
             shutil.rmtree(tmp / "state-a")
             hdfs.send("heal")
+            load_input(bootstrap, "words", args.after, args.keys)  # the lost partitions must move on too
             wait_for(done, 600, "the survivor to catch up", interval=0.2)
             recovery = time.monotonic() - killed
             print(f"SIGKILL -> all input committed again: {recovery:.1f} s (lost partitions {', '.join(lost)}; "
@@ -105,7 +108,7 @@ def main() -> None:
             hdfs.close()
         log_b = (tmp / "b.log").read_text()
         for line in log_b.splitlines():
-            if re.search(r"restored \S+ to offset|replayed offsets|assigned", line):
+            if re.search(r"restoring backup|restored \S+ to offset|replayed offsets|assigned", line):
                 print("  b:", line.split(" ", 3)[-1][:200])
 
 

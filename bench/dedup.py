@@ -37,9 +37,10 @@ CHECKPOINT_EVERY = 20_000
 
 class CountPerKey(Processor):
     def process(self, record: Record, ctx: Context) -> None:
-        n = (ctx.state.get(record.key) or 0) + 1
-        ctx.state[record.key] = n
-        ctx.emit(n, key=record.key)
+        key = record.key or ""
+        n = (ctx.state.get(key) or 0) + 1
+        ctx.state[key] = n
+        ctx.emit(n, key=key)
 
 
 class NullSink(CollectingSink):

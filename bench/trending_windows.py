@@ -45,7 +45,8 @@ def run_stage(name: str, cls: str | None, config: dict[str, Any] | None, records
     wall time: the machine is shared, and the stage runs on one thread."""
     pipeline = load_pipeline(ROOT / "pipelines" / "trending_events.yaml")
     spec = pipeline.processors[name]
-    spec = spec.model_copy(update={"class_": cls or spec.class_, "config": config if config is not None else spec.config})
+    spec = spec.model_copy(update={"class_": cls or spec.class_,
+                                   "config": config if config is not None else spec.config})
     sink = CollectingSink(spec.outputs)
     processor = import_processor_class(spec.class_)(config=spec.config, name=name)
     engine = Engine(processor, name, spec, pipeline, sink, RaiseFailures())
@@ -53,7 +54,8 @@ def run_stage(name: str, cls: str | None, config: dict[str, Any] | None, records
     topic = spec.inputs[0]
     kv = RocksKV(str(state_dir / name))
     task = PartitionTask(topic, 0, PartitionStore(kv))
-    msgs = [RawMessage(topic, 0, i, str(r[key_field]).encode(), orjson.dumps(r), r["ts"]) for i, r in enumerate(records)]
+    msgs = [RawMessage(topic, 0, i, str(r[key_field]).encode(), orjson.dumps(r), r["ts"])
+            for i, r in enumerate(records)]
     began = time.process_time()
     for n, i in enumerate(range(0, len(msgs), BATCH)):
         engine.process_messages(msgs[i:i + BATCH], lambda t, p: task)

@@ -52,6 +52,7 @@ class BackfillResult:
     states: dict[tuple[str, int], dict[bytes, bytes]] = field(default_factory=dict)
     next_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
     emitted: list[Emitted] = field(default_factory=list)
+    tasks: list[dict[str, Any]] = field(default_factory=list)  # each unit's summary: read, outputs, first, last
     span: tuple[float, float] | None = None  # wall clock of the first and the last record any task processed
 
     @property
@@ -131,6 +132,7 @@ def _gather(result: BackfillResult, table: Any, pipeline: Pipeline, *, want_stat
     for i, kind in enumerate(cols["kind"]):
         if kind == "done":
             summary = orjson.loads(cols["value"][i])
+            result.tasks.append(summary)
             result.records += summary["read"]
             result.outputs.update(summary["outputs"])
             if summary.get("first") is not None:

@@ -122,6 +122,8 @@ class PendingCheckpoint:
             [snap for task in tasks if (snap := worker.txns[task.key].snapshot()) is not None]
             if Step.TRANSACTION in self.steps else []
         )
+        # taken here, on the worker thread: another thread's consumer calls wait behind `consume()`
+        self.group_metadata = worker.consumer.consumer_group_metadata() if self.txn_snapshots else None
 
     def run(self) -> None:
         """All the steps, in order, on this thread."""
@@ -182,7 +184,7 @@ class PendingCheckpoint:
         committed = []
         for snap in self.txn_snapshots:
             try:
-                snap.txn.stage_and_send_offsets(snap)
+                snap.txn.stage_and_send_offsets(snap, self.group_metadata)
                 faults.passed("txn.stage")
                 started = time.monotonic()
                 snap.txn.commit()
@@ -192,7 +194,7 @@ class PendingCheckpoint:
             except Fenced as exc:
                 self.fenced.append((snap.txn.task, exc))
         if committed:
-            marks = output_marks(self.worker.consumer, self.worker.pipeline, self.worker.spec.outputs)
+            marks = output_marks(self.worker.marks_client, self.worker.pipeline, self.worker.spec.outputs)
             for snap in committed:
                 snap.txn.apply(snap, marks)
                 faults.passed("txn.apply")

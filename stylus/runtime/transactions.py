@@ -196,14 +196,14 @@ class TransactionalPartition:
         changes = task.store.state_changes() if task.store is not None else {}
         return TxnSnapshot(self, task.next_offset, changes)
 
-    def stage_and_send_offsets(self, snap: TxnSnapshot) -> None:
+    def stage_and_send_offsets(self, snap: TxnSnapshot, group_metadata: Any) -> None:
         """T1 + T2."""
         task = self.task
         if task.store is not None:
             task.store.stage(snap.offset, snap.changes)
         self._guard(lambda: self.producer.send_offsets_to_transaction(
             [TopicPartition(task.topic, task.partition, snap.offset)],
-            self.consumer.consumer_group_metadata(), TXN_TIMEOUT))
+            group_metadata, TXN_TIMEOUT))
 
     def commit(self) -> None:
         """T3."""
@@ -246,6 +246,13 @@ class TransactionalPartition:
                               KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED):
                 raise Fenced(f"{self.transactional_id} was fenced by a newer instance: {err}") from exc
             raise
+
+
+def marks_client(bootstrap: str, pipeline: Pipeline, processor: str) -> Consumer:
+    """A consumer outside any group, only for ListOffsets: the checkpoint thread must not call the worker's
+    consumer, whose calls wait behind the worker thread's back-to-back `consume()`."""
+    return Consumer(client_config("consumer", bootstrap, pipeline, processor,
+                                  **{"group.id": f"{pipeline.group_id(processor)}.marks"}))
 
 
 def output_marks(consumer: Consumer, pipeline: Pipeline, outputs: tuple[str, ...]) -> dict[str, int]:

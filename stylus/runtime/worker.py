@@ -28,7 +28,7 @@ from stylus.runtime.failures import FailurePolicy
 from stylus.runtime.faults import FaultInjector
 from stylus.runtime.sink import KafkaSink
 from stylus.runtime.stats import WorkerStats
-from stylus.runtime.transactions import TransactionalPartition
+from stylus.runtime.transactions import TransactionalPartition, marks_client
 from stylus.state.backup import BackupManager
 from stylus.state.kv import RocksKV
 from stylus.state.store import PartitionStore, StateMap
@@ -70,6 +70,7 @@ class Worker:
         self.faults = FaultInjector()
         self.checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stylus-{name}-checkpoint")
         self.inflight: tuple[PendingCheckpoint, Future[None]] | None = None
+        self.marks_client = marks_client(bootstrap, pipeline, name) if self.ordering.transactional else None
         self.processed = 0
         self.stats = WorkerStats()  # timings read by stylus.monitoring at scrape time
         self.checkpoints = 0
@@ -211,6 +212,8 @@ class Worker:
             if self.backups is not None:
                 self.backups.close()
             self.checkpointer.shutdown(wait=True)
+            if self.marks_client is not None:
+                self.marks_client.close()
             self.processor.close()
             self.finished = True
 

@@ -3,17 +3,34 @@
 from __future__ import annotations
 
 import threading
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from stylus.kafka.admin import create_topics, pipeline_topics
 from stylus.kafka.offsets import end_offsets
 from stylus.runtime.runner import PipelineRunner
+from stylus.runtime.worker import Worker
+from stylus.state.backup import BackupManager
 from tests.state.helpers import wait_for
 from tests.support.kafka import produce
 from tests.webhdfs_server import WebHdfsServer
 
 PARTS = 2
+
+
+def progressed(worker: Worker, at_least: int) -> bool:
+    return worker.processed >= at_least
+
+
+def round_failed(backups: BackupManager, failures: int, skipped: int) -> bool:
+    return backups.failures > failures or backups.skipped_busy > skipped
+
+
+def backed_up_to(backups: BackupManager, topic: str, ends: dict[tuple[str, int], tuple[int, int]]) -> bool:
+    """The newest backup of every partition is at the partition's end offset."""
+    return all((m := backups.partition(topic, p).newest()) is not None and m.offset == ends[(topic, p)][1]
+               for p in range(PARTS))
 
 
 def test_processing_continues_while_the_target_is_down(pipeline_factory: Any, bootstrap: str, tmp_path: Path,
@@ -44,16 +61,14 @@ def test_processing_continues_while_the_target_is_down(pipeline_factory: Any, bo
             webhdfs.hang(5) if outage == "hang" else webhdfs.refuse(500)
             sent += produce(bootstrap, words, [(f"k{i % 50}", {"i": i}) for i in range(sent, sent + 1000)])
             # processing goes on during the outage
-            wait_for(lambda p=processed: worker.processed >= p + 1000, 30, f"processing during the {outage}")
-            wait_for(lambda f=failures, s=skipped: backups.failures > f or backups.skipped_busy > s, 30,
+            wait_for(partial(progressed, worker, processed + 1000), 30, f"processing during the {outage}")
+            wait_for(partial(round_failed, backups, failures, skipped), 30,
                      f"a failed or skipped backup round during the {outage}")
             assert backups.failures > failures or backups.skipped_busy > skipped
             webhdfs.heal()
             # backups resume and reach the current offsets
             ends = end_offsets(bootstrap, [(words, p) for p in range(PARTS)])
-            wait_for(lambda e=ends: all(
-                (m := backups.partition(words, p).newest()) is not None and m.offset == e[(words, p)][1]
-                for p in range(PARTS)), 30, f"backups after the {outage}")
+            wait_for(partial(backed_up_to, backups, words, ends), 30, f"backups after the {outage}")
         assert backups.last_error is not None and "500" in backups.last_error
     finally:
         runner.stop.set()

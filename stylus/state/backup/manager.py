@@ -185,7 +185,10 @@ class BackupManager:
         jobs = []
         for task in tasks:
             store = task.store
-            if store is None or not isinstance(store.kv, RocksKV) or store.state.dirty:
+            # Writes buffered since the checkpoint (dirty state: processing goes on while checkpoints
+            # overlap it) never reach RocksDB outside a checkpoint, so the database holds the last saved
+            # state and offset together; only a checkpoint caught between stage and apply is skipped.
+            if store is None or not isinstance(store.kv, RocksKV) or store.staged() is not None:
                 continue
             offset = store.stored_offset()
             if offset is None or self.backed_offsets.get(task.key, -1) == offset:

@@ -57,7 +57,7 @@ def main() -> None:
             "processors": {"counter": {
                 "class": "tests.apps.counting:WordCount", "inputs": ["words"], "outputs": ["counts"],
                 "semantics": {"state": "exactly_once", "output": args.output},
-                "checkpoint": {"interval": "1s", "overlap": args.output != "exactly_once"},
+                "checkpoint": {"interval": "1s"},
                 "state": {"dir": str(tmp / "state-a"), "backup": {"uri": uri, "interval": "2s", "keep": 3,
                                                                 "timeout": "10s"}},
             }},

@@ -1,6 +1,7 @@
 """The driver side of a backfill: plan, run the units on Spark, gather the summary (and state), seed.
 
-Data path: `spark.range(n, numPartitions=n)` gives one Spark partition per unit, and a `mapInArrow`
+Data path: `spark.range(k, numPartitions=k)` gives one Spark partition per slot (k = executor cores; units
+balanced over the slots by planned size, `assign_slots`), and a `mapInArrow`
 function reads that unit's records itself and runs the processor (`stylus.backfill.task`), so records
 never become Spark rows (measured faster than a Python data source: BENCHMARKS.md, issue 6). Monoid
 processors run per chunk and their per-chunk states are merged by key with the processor's `combine`
@@ -25,7 +26,7 @@ from stylus.backfill.bounds import Bound
 from stylus.backfill.outputs import OutputTarget
 from stylus.backfill.plan import DEFAULT_CHUNK, Plan, Source, plan_ranges
 from stylus.backfill.progress import SparkProgress
-from stylus.backfill.task import RESULT_SCHEMA, JobSpec, combine_states, run_units
+from stylus.backfill.task import RESULT_SCHEMA, JobSpec, assign_slots, combine_states, run_units
 from stylus.config.model import Pipeline, TopicSpec
 
 RESULT_DDL = "kind string, topic string, partition int, key binary, value binary, timestamp bigint, n bigint"
@@ -114,7 +115,10 @@ def run_plan(spark: Any, pipeline: Pipeline, name: str, plan: Plan, output: Outp
     units_json = [u.model_dump_json() for u in plan.units]
     started = time.monotonic()
     n = len(units_json)
-    frame = spark.range(0, n, 1, n).mapInArrow(functools.partial(run_units, job_json, units_json), RESULT_DDL)
+    slots = assign_slots([sum(c.size for c in u.chunks) for u in plan.units],
+                         int(spark.sparkContext.defaultParallelism))
+    frame = spark.range(0, len(slots), 1, len(slots)).mapInArrow(
+        functools.partial(run_units, job_json, units_json, slots), RESULT_DDL)
     if mode == "monoid":
         width = max(1, min(n, int(spark.conf.get("spark.sql.shuffle.partitions"))))
         frame = (frame.repartition(width, "topic", "partition", "key")

@@ -15,51 +15,73 @@ from stylus.archive import read_segment
 from stylus.backfill.plan import Chunk, Unit
 
 
+class KafkaRange:
+    """Records start <= offset < end of one partition. The consumer is created and assigned when the range
+    is opened, so librdkafka starts fetching in its own threads at once: a task opens its next unit's
+    range before processing the current one, and the next records are already there when it gets to them."""
+
+    def __init__(self, bootstrap: str, topic: str, partition: int, start: int, end: int, *,
+                 timeout: float = 30.0) -> None:
+        self.topic, self.partition, self.start, self.end, self.timeout = topic, partition, start, end, timeout
+        self.consumer: Consumer | None = None
+        if end > start:
+            self.consumer = Consumer({
+                "bootstrap.servers": bootstrap,
+                "group.id": f"stylus-backfill-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 10,
+                "fetch.queue.backoff.ms": 10,
+                "queued.min.messages": 100_000,
+                "fetch.max.bytes": 64 << 20,
+                "max.partition.fetch.bytes": 16 << 20,
+            })
+            self.consumer.assign([TopicPartition(topic, partition, start)])
+
+    def batches(self, batch: int = 10_000) -> Iterator[list[Any]]:
+        """Lists of at most `batch` confluent-kafka Messages (the engine reads them as the stream does; no
+        wrapper and no generator step per record). Asks `consume` for at most what is left, so the last
+        call never waits out its timeout; the range must end at or before the partition's true end."""
+        consumer, end = self.consumer, self.end
+        if consumer is None:
+            return
+        try:
+            position = self.start
+            deadline = time.monotonic() + self.timeout
+            while position < end:
+                msgs = consumer.consume(num_messages=max(1, min(batch, end - position)), timeout=0.2)
+                if not msgs:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{self.topic}[{self.partition}] stalled at offset {position} before {end}")
+                    continue
+                deadline = time.monotonic() + self.timeout
+                good = [m for m in msgs if m.error() is None]
+                if len(good) < len(msgs) and any(
+                        m.error().code() == KafkaError._PARTITION_EOF and m.offset() >= end
+                        for m in msgs if m.error() is not None):
+                    position = end  # the true end: nothing more will come
+                if not good:
+                    continue
+                if good[-1].offset() >= end:  # never past the range
+                    good = [m for m in good if m.offset() < end]
+                    if not good:
+                        return
+                position = good[-1].offset() + 1
+                yield good
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.consumer is not None:
+            self.consumer.close()
+            self.consumer = None
+
+
 def read_kafka_batches(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
                        batch: int = 10_000, timeout: float = 30.0) -> Iterator[list[Any]]:
-    """Records start <= offset < end of one partition, as lists of confluent-kafka Messages of at most
-    `batch` (the engine reads them as the stream does; no wrapper per record, no generator step per
-    record). Asks `consume` for at most what is left, so the last call never waits out its timeout; a
-    range must end at or before the partition's true end."""
-    if end <= start:
-        return
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
-        "group.id": f"stylus-backfill-{uuid.uuid4().hex[:8]}",
-        "enable.auto.commit": False,
-        "enable.partition.eof": True,
-        "isolation.level": "read_committed",
-        "fetch.wait.max.ms": 10,
-        "fetch.queue.backoff.ms": 10,
-        "queued.min.messages": 100_000,
-        "fetch.max.bytes": 64 << 20,
-        "max.partition.fetch.bytes": 16 << 20,
-    })
-    try:
-        consumer.assign([TopicPartition(topic, partition, start)])
-        position = start
-        deadline = time.monotonic() + timeout
-        while position < end:
-            msgs = consumer.consume(num_messages=max(1, min(batch, end - position)), timeout=0.2)
-            if not msgs:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{topic}[{partition}] stalled at offset {position} before {end}")
-                continue
-            deadline = time.monotonic() + timeout
-            good = [m for m in msgs if m.error() is None]
-            if len(good) < len(msgs) and any(m.error().code() == KafkaError._PARTITION_EOF and m.offset() >= end
-                                             for m in msgs if m.error() is not None):
-                position = end  # the true end: nothing more will come
-            if not good:
-                continue
-            if good[-1].offset() >= end:  # never past the range (consume asked for at most what was left)
-                good = [m for m in good if m.offset() < end]
-                if not good:
-                    return
-            position = good[-1].offset() + 1
-            yield good
-    finally:
-        consumer.close()
+    """Records start <= offset < end of one partition, in lists of at most `batch` (see KafkaRange)."""
+    yield from KafkaRange(bootstrap, topic, partition, start, end, timeout=timeout).batches(batch)
 
 
 def read_kafka(bootstrap: str, topic: str, partition: int, start: int, end: int,
@@ -69,10 +91,19 @@ def read_kafka(bootstrap: str, topic: str, partition: int, start: int, end: int,
         yield from batch
 
 
-def read_chunk_batches(chunk: Chunk, bootstrap: str, archive_root: str | None, batch: int) -> Iterator[list[Any]]:
+def open_chunk(chunk: Chunk, bootstrap: str) -> KafkaRange | None:
+    """Start fetching a Kafka chunk now (None for an archive chunk: it is read when its turn comes)."""
+    if chunk.source != "kafka":
+        return None
+    return KafkaRange(bootstrap, chunk.topic, chunk.partition, chunk.start, chunk.end)
+
+
+def read_chunk_batches(chunk: Chunk, bootstrap: str, archive_root: str | None, batch: int,
+                       opened: KafkaRange | None = None) -> Iterator[list[Any]]:
     """Records of one chunk with start <= offset < end, in offset order, in lists of at most `batch`."""
     if chunk.source == "kafka":
-        yield from read_kafka_batches(bootstrap, chunk.topic, chunk.partition, chunk.start, chunk.end, batch=batch)
+        reader = opened or KafkaRange(bootstrap, chunk.topic, chunk.partition, chunk.start, chunk.end)
+        yield from reader.batches(batch)
         return
     if archive_root is None or chunk.path is None:
         raise ValueError(f"archive chunk {chunk} without an archive root")
@@ -90,16 +121,22 @@ def read_chunk(chunk: Chunk, bootstrap: str, archive_root: str | None) -> Iterat
         yield from part
 
 
-def read_unit_batches(unit: Unit, bootstrap: str, archive_root: str | None, batch: int) -> Iterator[list[Any]]:
+def open_unit(unit: Unit, bootstrap: str) -> KafkaRange | None:
+    """Start fetching the unit's first chunk (see KafkaRange); hand the result to `read_unit_batches`."""
+    return open_chunk(unit.chunks[0], bootstrap) if unit.chunks else None
+
+
+def read_unit_batches(unit: Unit, bootstrap: str, archive_root: str | None, batch: int,
+                      opened: KafkaRange | None = None) -> Iterator[list[Any]]:
     """All records of a unit in offset order, in lists of at most `batch`: each (topic, partition, offset)
-    at most once, timestamps within [min_ts, max_ts)."""
+    at most once, timestamps within [min_ts, max_ts). `opened`: the first chunk's range from `open_unit`."""
     last = -1
     min_ts, max_ts = unit.min_ts, unit.max_ts
     timed = min_ts is not None or max_ts is not None
     low = min_ts if min_ts is not None else -(2**63)
     high = max_ts if max_ts is not None else 2**63
-    for chunk in unit.chunks:
-        for part in read_chunk_batches(chunk, bootstrap, archive_root, batch):
+    for i, chunk in enumerate(unit.chunks):
+        for part in read_chunk_batches(chunk, bootstrap, archive_root, batch, opened if i == 0 else None):
             if part[0].offset() <= last:  # overlapping sources: the first copy wins
                 part = [m for m in part if m.offset() > last]
                 if not part:

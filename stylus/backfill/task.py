@@ -5,6 +5,7 @@ each batch, as `stylus.runtime.worker` does), with in-memory state per input par
 from __future__ import annotations
 
 import gc
+import heapq
 import os
 import sys
 import time
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from stylus.api import import_processor_class
 from stylus.backfill.outputs import OutputTarget, open_output
 from stylus.backfill.plan import Unit
-from stylus.backfill.read import read_unit_batches
+from stylus.backfill.read import KafkaRange, open_unit, read_unit_batches
 from stylus.config.model import Pipeline
 from stylus.core.engine import Engine, RaiseFailures
 from stylus.core.task import PartitionTask
@@ -67,12 +68,13 @@ def _batched(it: Iterator[Any], size: int) -> Iterator[list[Any]]:
 class UnitRun:
     """Runs one unit; `rows()` yields the result batches (outputs to collect, state, a summary)."""
 
-    def __init__(self, job: JobSpec, unit: Unit) -> None:
+    def __init__(self, job: JobSpec, unit: Unit, opened: KafkaRange | None = None) -> None:
         for path in job.sys_path:
             if path not in sys.path:
                 sys.path.append(path)
         self.job = job
         self.unit = unit
+        self.opened = opened  # the first chunk's reader, opened ahead by the task (see run_units)
         self.pipeline = job.load_pipeline()
         self.spec = self.pipeline.processors[job.processor]
         cls = import_processor_class(self.spec.class_)
@@ -110,7 +112,7 @@ class UnitRun:
             # timers fire after each batch of `batch_size` records, as the stream's consume loop does;
             # without timers the batch size is only overhead, so read in bigger lists
             size = self.spec.batch_size if engine.track_time else max(self.spec.batch_size, READ_BATCH)
-            for batch in read_unit_batches(unit, job.bootstrap, job.archive_root, size):
+            for batch in read_unit_batches(unit, job.bootstrap, job.archive_root, size, self.opened):
                 if self.first is None:
                     self.first = time.time()
                 self.read += engine.process_messages(batch, self._task_for)  # control records not counted
@@ -159,12 +161,37 @@ def _rows_batches(rows: Iterator[tuple[Any, ...]]) -> Iterator[pa.RecordBatch]:
                                           for i, col in enumerate(columns)], names=names)
 
 
-def run_units(job_json: str, units_json: list[str], batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: the input rows carry unit indexes (`spark.range`, one per Spark partition)."""
+def run_units(job_json: str, units_json: list[str], slots: list[list[int]],
+              batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: the input rows are slot numbers (`spark.range`, one per Spark partition), a slot is
+    a list of unit indexes run one after the other. While a unit runs, the next one's first Kafka chunk is
+    already being fetched (`open_unit`): no idle gap between the units of a task."""
     job = JobSpec.model_validate_json(job_json)
     for batch in batches:
-        for index in batch.column(0).to_pylist():
-            yield from UnitRun(job, Unit.model_validate_json(units_json[index])).run()
+        for slot in batch.column(0).to_pylist():
+            units = [Unit.model_validate_json(units_json[i]) for i in slots[slot]]
+            opened = open_unit(units[0], job.bootstrap) if units else None
+            try:
+                for k, unit in enumerate(units):
+                    current = opened
+                    opened = open_unit(units[k + 1], job.bootstrap) if k + 1 < len(units) else None
+                    yield from UnitRun(job, unit, current).run()
+            finally:
+                if opened is not None:
+                    opened.close()
+
+
+def assign_slots(sizes: list[int], slots: int) -> list[list[int]]:
+    """Units (by planned size) into `slots` lists of about equal work, largest first (LPT); each list
+    in unit order. One Spark task per slot: per-task start-up is paid once per core, not once per unit."""
+    loads = [(0, s) for s in range(max(1, min(slots, len(sizes))))]
+    out: list[list[int]] = [[] for _ in loads]
+    heapq.heapify(loads)
+    for index in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        load, slot = heapq.heappop(loads)
+        out[slot].append(index)
+        heapq.heappush(loads, (load + sizes[index], slot))
+    return [sorted(units) for units in out if units]
 
 
 def combine_states(job_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

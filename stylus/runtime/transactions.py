@@ -138,9 +138,10 @@ class TransactionalPartition:
             self._settle_staged(store, committed)
             local = store.stored_offset()
             if committed is not None and local is not None and local < committed:
-                log.warning("%s: local state of %s[%d] is at offset %d but the group committed %d; state for the "
-                            "records in between is missing (restore it from a backup)", self.processor,
-                            tp.topic, tp.partition, local, committed)
+                log.warning("%s: local state of %s[%d] is at offset %d but the group committed %d: with a "
+                            "state backup the records in between are replayed (output suppressed), without one "
+                            "their effect on the state is missing", self.processor, tp.topic, tp.partition,
+                            local, committed)
         self.sink.skip = self._visible_ids(store)
         if store is not None and not store.meta(MARKS_META):
             # the first transaction of this partition: remember where its output can start, so that if it is

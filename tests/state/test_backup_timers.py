@@ -60,9 +60,7 @@ def test_timer_outputs_are_exactly_once_after_machine_loss(pipeline_factory: Any
         "processors": {"alarm": {
             "class": "tests.apps.timed:Alarm", "inputs": ["events"], "outputs": ["alarms"],
             "semantics": {"state": "exactly_once", "output": "exactly_once"},
-            # overlap off: exactly-once checkpoints on the checkpoint thread currently stall in
-            # send_offsets_to_transaction (a cross-thread consumer call); not what this test is about
-            "checkpoint": {"interval": "300ms", "overlap": False},
+            "checkpoint": {"interval": "300ms"},
             # idle partitions never release the watermark here: the test decides when it moves
             "event_time": {"field": "ts", "allowed_lateness": "0s", "idle_timeout": "1h"},
             "state": {"dir": str(tmp_path / "state-a"), "backup": {"uri": uri, "interval": "500ms", "keep": 3,

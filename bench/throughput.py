@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from stylus import Context, Processor, Record
 from stylus.config import parse_pipeline
@@ -75,6 +75,7 @@ def raw_loop(bootstrap: str, topic_in: str, topic_out: str, records: int, statef
     producer = Producer({**PRODUCER_DEFAULTS, "bootstrap.servers": bootstrap})
     consumer.subscribe([topic_in])
     counts: dict[str, int] = {}
+    positions: dict[int, int] = {}
     seen = 0
     first = 0.0
     next_commit = time.monotonic() + 2.0
@@ -91,6 +92,7 @@ def raw_loop(bootstrap: str, topic_in: str, topic_out: str, records: int, statef
                 continue
             value = loads(msg.value())
             key = msg.key()
+            positions[msg.partition()] = msg.offset() + 1
             if stateful:
                 k = key.decode()
                 n = counts.get(k, 0) + 1
@@ -111,7 +113,7 @@ def raw_loop(bootstrap: str, topic_in: str, topic_out: str, records: int, statef
         producer.poll(0)
         if time.monotonic() >= next_commit:
             producer.flush()
-            consumer.commit(asynchronous=False)
+            consumer.commit(offsets=[TopicPartition(topic_in, p, o) for p, o in positions.items()], asynchronous=False)
             next_commit = time.monotonic() + 2.0
     producer.flush()
     elapsed = time.perf_counter() - first

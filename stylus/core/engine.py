@@ -20,7 +20,7 @@ from stylus.eventtime.control import decode as decode_control
 from stylus.eventtime.control import is_control
 from stylus.eventtime.late import LateHandler
 from stylus.eventtime.tracker import WatermarkTracker
-from stylus.serde import decode_key, decoder, encode_key
+from stylus.serde import decoder, encode_key
 
 
 class StopProcessing(Exception):
@@ -153,6 +153,7 @@ class Engine:
         if dedup is not None:  # one check per batch: repeats are dropped (offsets advanced) before the loop
             msgs = dedup.filter(msgs, task_for)
         now = time.monotonic()
+        ctx._pending = held  # a record's emits wait here until it has succeeded
         late_mark = NO_TIME
         sketch: Any = None
         clock: Any = None
@@ -192,9 +193,10 @@ class Engine:
                 task.next_offset = offset + 1
                 continue
             timestamp = msg.timestamp()[1]
+            key = msg.key()
             record = Record(
-                decode_key(msg.key()), value, timestamp, topic, partition, offset,
-                dict(raw_headers) if raw_headers else None,
+                None if key is None else key.decode("utf-8", "surrogateescape"), value, timestamp, topic,
+                partition, offset, dict(raw_headers) if raw_headers else None,
             )
             if track_time:
                 if field is not None and type(value) is dict and type(event_time := value.get(field)) is int:
@@ -214,13 +216,14 @@ class Engine:
                     continue
             ctx.record = record
             ctx._timestamp = timestamp
-            ctx._pending = held
             if undo:
                 undo.clear()  # the journal covers exactly this record's writes
             try:
                 process(record, ctx)
                 if pending:
-                    _release(pending)
+                    for sink, target, out_key, out_value, out_ts, out_headers in pending:  # in order
+                        sink(target, out_key, out_value, out_ts, out_headers)
+                    pending.clear()
             except StopProcessing:
                 ctx._pending = None
                 _undo(task, pending)
@@ -229,9 +232,10 @@ class Engine:
                 ctx._pending = None
                 _undo(task, pending)  # a failing record leaves no state change and no output behind
                 failures(msg, exc, "process", task)
-            ctx._pending = None
+                ctx._pending = held
             task.next_offset = offset + 1
             count += 1
+        ctx._pending = None  # emits outside a record (timers) go straight to the sink
         if dedup is not None:
             count += dedup.batch_dropped  # dropped repeats are handled input too
         return count

@@ -8,7 +8,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from stylus.config.model import Pipeline
-from stylus.serde import encode_key, encoder
+from stylus.serde import encoder
 
 Pending = tuple[str, bytes | None, bytes | None, int, Any]
 
@@ -39,7 +39,21 @@ class KafkaSink:
         encode = self.encoders.get(topic)
         if encode is None:
             raise ValueError(f"emitted to `{topic}`, which is not among the processor's outputs")
-        self.send(topic, encode(value), encode_key(key), timestamp, headers)
+        data = encode(value)
+        raw_key: bytes | None = (
+            None if key is None else key if type(key) is bytes else str(key).encode("utf-8", "surrogateescape")
+        )
+        self.emitted += 1
+        if self.hold or self.paused:
+            self.held.append((topic, data, raw_key, timestamp, headers))
+            return
+        try:  # the hot path: one produce call; the retry loop only when the queue is full
+            if headers:
+                self.producer.produce(topic, data, raw_key, timestamp=timestamp, headers=headers)
+            else:
+                self.producer.produce(topic, data, raw_key, timestamp=timestamp)
+        except BufferError:
+            self._produce(topic, data, raw_key, timestamp, headers)
 
     def send(
         self, topic: str, value: bytes | None, key: bytes | None, timestamp: int, headers: Any = None

@@ -35,6 +35,7 @@ from stylus.kafka.offsets import end_offsets
 from stylus.kafka.reader import read_range
 from stylus.kafka.settings import client_config
 from stylus.runtime.sink import KafkaSink
+from stylus.serde import encode_key
 from stylus.state.store import PartitionStore
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,13 @@ class TransactionalSink(KafkaSink):
         else:
             self._index += 1
         return f"{self.prefix}{origin}:{self._index}"
+
+    def __call__(self, topic: str, key: str | None, value: Any, timestamp: int,
+                 headers: Mapping[str, Any] | None) -> None:
+        encode = self.encoders.get(topic)
+        if encode is None:
+            raise ValueError(f"emitted to `{topic}`, which is not among the processor's outputs")
+        self.send(topic, encode(value), encode_key(key), timestamp, headers)
 
     def send(self, topic: str, value: bytes | None, key: bytes | None, timestamp: int, headers: Any = None) -> None:
         out_id = self._next_id()

@@ -154,16 +154,17 @@ class Worker:
             raise WorkerFailed(str(error)) from error
 
     def _handle(self, msgs: list[Any]) -> None:
-        good = []
+        good = [msg for msg in msgs if msg.error() is None]  # events (EOF, errors) are rare: one fast pass
         eofs = []
-        for msg in msgs:
-            err = msg.error()
-            if err is None:
-                good.append(msg)
-            elif err.code() == KafkaError._PARTITION_EOF:
-                eofs.append(msg)
-            else:
-                log.warning("%s: consumer error: %s", self.name, err)
+        if len(good) != len(msgs):
+            for msg in msgs:
+                err = msg.error()
+                if err is None:
+                    continue
+                if err.code() == KafkaError._PARTITION_EOF:
+                    eofs.append(msg)
+                else:
+                    log.warning("%s: consumer error: %s", self.name, err)
         if good:
             self._idle_since = None  # idle means: every partition reached its end once, then silence
             started = time.monotonic()

@@ -48,7 +48,8 @@ def test_monoid_backfill_equals_stream_and_seeds_postgres(bootstrap: str, pipeli
     path, pipeline = pipeline_factory(doc(pg_dsn))
     (events,) = pipeline.topics
     create_topics(bootstrap, dict(pipeline.topics))
-    values = [{"k": f"k{i % 17}", "n": i % 7 - 2, "ts": 1_700_000_000_000 + i * 97} for i in range(RECORDS)]
+    values: list[dict[str, Any]] = [{"k": f"k{i % 17}", "n": i % 7 - 2, "ts": 1_700_000_000_000 + i * 97}
+                                    for i in range(RECORDS)]
     produce(bootstrap, events, [(f"r{i}", v) for i, v in enumerate(values)])
     expected: Counter[str] = Counter()
     for v in values:
@@ -88,4 +89,4 @@ def test_monoid_backfill_equals_stream_and_seeds_postgres(bootstrap: str, pipeli
     assert done.returncode == 0, done.stderr
     final = table_contents(pg_dsn, pipeline, "pgsum")
     assert final == {k: v for k, v in expected.items()}
-    assert sum(stored_offsets(pg_dsn).values()) == RECORDS
+    assert sum(o or 0 for o in stored_offsets(pg_dsn).values()) == RECORDS

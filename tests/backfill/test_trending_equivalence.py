@@ -50,8 +50,12 @@ Emitted = tuple[str | None, bytes, int]
 
 
 def stream_outputs(bootstrap: str, topic: str) -> Counter[Emitted]:
-    return Counter((None if m.key() is None else m.key().decode(), orjson.dumps(orjson.loads(m.value())),
-                    m.timestamp()[1]) for m in read_raw(bootstrap, topic))
+    out: Counter[Emitted] = Counter()
+    for m in read_raw(bootstrap, topic):
+        key, value = m.key(), m.value()
+        assert value is not None
+        out[(None if key is None else key.decode(), orjson.dumps(orjson.loads(value)), m.timestamp()[1])] += 1
+    return out
 
 
 def stream_kv(pipeline: Pipeline, name: str, topic: str, partition: int) -> dict[bytes, bytes]:

@@ -17,6 +17,24 @@ class DeliveryFailed(RuntimeError):
     pass
 
 
+def _utf8(text: str, repair: bool) -> str:
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        if not repair:
+            raise ValueError(f"header {text!r} is not valid UTF-8") from None
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def clean_headers(headers: Any, *, repair: bool) -> list[tuple[str, Any]]:
+    """Header names (and str values) librdkafka can take. confluent-kafka crashes the process on a str it
+    cannot encode as UTF-8 (a lone surrogate): an emitted one fails its record; a dead letter's is repaired."""
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return [(_utf8(str(name), repair), _utf8(value, repair) if isinstance(value, str) else value)
+            for name, value in items]
+
+
 class KafkaSink:
     """Encodes by the output topic's serde and hands records to the producer.
 
@@ -43,22 +61,25 @@ class KafkaSink:
         raw_key: bytes | None = (
             None if key is None else key if type(key) is bytes else str(key).encode("utf-8", "surrogateescape")
         )
+        checked = clean_headers(headers, repair=False) if headers else None
         self.emitted += 1
         if self.hold or self.paused:
-            self.held.append((topic, data, raw_key, timestamp, headers))
+            self.held.append((topic, data, raw_key, timestamp, checked))
             return
         try:  # the hot path: one produce call; the retry loop only when the queue is full
-            if headers:
-                self.producer.produce(topic, data, raw_key, timestamp=timestamp, headers=headers)
+            if checked:
+                self.producer.produce(topic, data, raw_key, timestamp=timestamp, headers=checked)
             else:
                 self.producer.produce(topic, data, raw_key, timestamp=timestamp)
         except BufferError:
-            self._produce(topic, data, raw_key, timestamp, headers)
+            self._produce(topic, data, raw_key, timestamp, checked)
 
     def send(
         self, topic: str, value: bytes | None, key: bytes | None, timestamp: int, headers: Any = None
     ) -> None:
         """Raw bytes to a topic (also the dead-letter path); obeys the same holding rule."""
+        if headers:
+            headers = clean_headers(headers, repair=True)
         self.emitted += 1
         if self.hold or self.paused:
             self.held.append((topic, value, key, timestamp, headers))

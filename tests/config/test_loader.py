@@ -43,7 +43,8 @@ def test_good_pipeline_parses_with_defaults() -> None:
     ("mutate", "path", "message", "fix"),
     [
         # 1. an invalid semantics pair names the rule
-        (lambda t: t.replace("{state: exactly_once, output: exactly_once}", "{state: at_most_once, output: exactly_once}"),
+        (lambda t: t.replace("{state: exactly_once, output: exactly_once}",
+                             "{state: at_most_once, output: exactly_once}"),
          "processors.counter.semantics", "not a valid pair (the paper's Figure 8)", "use one of"),
         # 2. an unknown topic, with a suggestion
         (lambda t: t.replace("inputs: [events]", "inputs: [event]"),

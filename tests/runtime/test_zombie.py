@@ -33,7 +33,9 @@ def test_a_resumed_zombie_is_fenced_and_output_stays_exactly_once(
     backup = tmp_path / "backup"
     path_a, pipeline = pipeline_factory({
         "pipeline": "zombie",
-        "kafka": {"consumer": {"session.timeout.ms": 3000, "heartbeat.interval.ms": 500}},
+        # a member that vanished mid-rebalance is waited for up to max.poll.interval.ms (the rebalance timeout)
+        "kafka": {"consumer": {"session.timeout.ms": 3000, "heartbeat.interval.ms": 500,
+                               "max.poll.interval.ms": 10000}},
         "topics": {"events": {"partitions": PARTITIONS}, "counts": {"partitions": PARTITIONS}},
         "processors": {"counter": {
             "class": "processors.counter:CounterNode", "inputs": ["events"], "outputs": ["counts"],
@@ -89,8 +91,8 @@ def test_a_resumed_zombie_is_fenced_and_output_stays_exactly_once(
             b.kill()
     text_a = log_a.read_text(errors="replace")
     assert "fenced" in text_a or "lost" in text_a, text_a[-3000:]  # it found out it no longer owns them
-    drain = run_stylus("run", str(path_b), "--exit-when-idle", "2", bootstrap=bootstrap)
-    assert drain.returncode == 0, drain.stderr
+    drain = run_stylus("run", str(path_b), "--exit-when-idle", "2", bootstrap=bootstrap, timeout=180)
+    assert drain.returncode == 0, drain.stderr[-3000:]
     inputs = {f"{events}:{m.partition()}:{m.offset()}" for m in read_topic(bootstrap, events)}
     outputs = Counter(orjson.loads(m.value())["src"] for m in read_topic(bootstrap, counts))
     assert len(inputs) == 8000

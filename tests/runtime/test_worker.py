@@ -13,7 +13,7 @@ from pathlib import Path
 from stylus.state.kv import RocksKV
 from stylus.state.store import PartitionStore
 from tests.conftest import PipelineFactory
-from tests.support.cli import ROOT, run_stylus, stylus_cmd, stylus_env
+from tests.support.cli import ROOT, run_stylus, stylus_cmd, stylus_env, wait_for_text
 from tests.support.kafka import produce
 
 PARTITIONS = 4
@@ -51,13 +51,6 @@ def start(path: Path, bootstrap: str, log: Path, *extra: str) -> subprocess.Pope
                                 stderr=subprocess.STDOUT, cwd=ROOT)
 
 
-def wait_for(log: Path, text: str, count: int = 1, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while log.read_text(errors="replace").count(text) < count:
-        assert time.monotonic() < deadline, f"no {text!r} in:\n{log.read_text()[-3000:]}"
-        time.sleep(0.05)
-
-
 def test_counts_are_exact_without_crashes_and_complete_after_sigkills(
         bootstrap: str, pipeline_factory: PipelineFactory, tmp_path: Path) -> None:
     path, pipeline = pipeline_factory(counter_doc())
@@ -82,7 +75,7 @@ def test_counts_are_exact_without_crashes_and_complete_after_sigkills(
     for round_ in range(3):
         feed(20000)
         proc = start(path, bootstrap, log)
-        wait_for(log, "assigned", round_ + 1)
+        wait_for_text(log, "assigned", round_ + 1)
         time.sleep(rng.uniform(0.1, 0.8))
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -105,10 +98,10 @@ def test_two_instances_split_partitions_and_hand_over(bootstrap: str, pipeline_f
     produce(bootstrap, words, [(f"w{i % 50}", {"i": i}) for i in range(4000)])
     log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
     a = start(path, bootstrap, log_a, "--instance", "a")
-    wait_for(log_a, "assigned")
+    wait_for_text(log_a, "assigned")
     b = start(path, bootstrap, log_b, "--instance", "b")
     try:
-        wait_for(log_b, "assigned")  # cooperative rebalance: b gets a share, a keeps the rest
+        wait_for_text(log_b, "assigned")  # cooperative rebalance: b gets a share, a keeps the rest
 
         def owned(log: Path) -> set[str]:
             text = log.read_text()
@@ -123,7 +116,7 @@ def test_two_instances_split_partitions_and_hand_over(bootstrap: str, pipeline_f
         assert b.wait(timeout=60) == 0, log_b.read_text()[-2000:]
         produce(bootstrap, words, [(f"w{i % 50}", {"i": i}) for i in range(4000)])
         truth.update(f"w{i % 50}" for i in range(4000))
-        wait_for(log_a, "assigned", 2)  # a takes b's partitions back
+        wait_for_text(log_a, "assigned", 2)  # a takes b's partitions back
         time.sleep(3)
     finally:
         a.send_signal(signal.SIGTERM)

@@ -34,3 +34,13 @@ def start_stylus(*args: str, bootstrap: str | None = None, cwd: str | Path | Non
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - owned by the child
     return subprocess.Popen(stylus_cmd(*args), env=stylus_env(bootstrap), cwd=cwd or ROOT, stdout=out,
                             stderr=subprocess.STDOUT if log else subprocess.DEVNULL)
+
+
+def wait_for_text(log: Path, text: str, count: int = 1, timeout: float = 60) -> None:
+    """Wait until `text` appears `count` times in a process's log file."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while (log.read_text(errors="replace") if log.exists() else "").count(text) < count:
+        assert time.monotonic() < deadline, f"no {text!r} in:\n{log.read_text(errors='replace')[-3000:]}"
+        time.sleep(0.05)

@@ -16,21 +16,19 @@ import argparse
 import json
 import random
 import tempfile
-import threading
-import time
 import uuid
 from pathlib import Path
 
 import orjson
 from confluent_kafka import Producer
 
+from bench.common import time_worker
 from stylus import Context, Processor, Record
 from stylus.config import parse_pipeline
 from stylus.config.model import TopicSpec
 from stylus.kafka.admin import create_topics, delete_topics
 from stylus.kafka.broker import EmbeddedBroker
 from stylus.kafka.settings import PRODUCER_DEFAULTS
-from stylus.runtime.worker import Worker
 
 PARTITIONS = 4
 PAIRS = [
@@ -87,20 +85,9 @@ def run_worker(bootstrap: str, topic_in: str, records: int, cls: str, state: str
                              "state": {"dir": state_dir}, "on_error": "skip"}},
     }))
     create_topics(bootstrap, {topic_out: TopicSpec(partitions=PARTITIONS)})
-    stop = threading.Event()
-    worker = Worker(pipeline, "p", bootstrap, stop=stop)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    while worker.processed == 0:
-        time.sleep(0.0005)
-    first, already = time.perf_counter(), worker.processed
-    while worker.processed < records:
-        time.sleep(0.001)
-    elapsed = time.perf_counter() - first
-    stop.set()
-    thread.join()
+    rate = time_worker(pipeline, "p", bootstrap, records)
     delete_topics(bootstrap, [topic_out])
-    return (records - already) / elapsed
+    return rate
 
 
 def main() -> None:

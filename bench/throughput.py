@@ -16,7 +16,6 @@ import argparse
 import json
 import random
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -25,13 +24,13 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bench.common import time_worker
 from stylus import Context, Processor, Record
 from stylus.config import parse_pipeline
 from stylus.config.model import TopicSpec
 from stylus.kafka.admin import create_topics, delete_topics
 from stylus.kafka.broker import EmbeddedBroker
 from stylus.kafka.settings import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
-from stylus.runtime.worker import Worker
 
 TYPES = ["post", "comment", "like", "share", "view"]
 KEEP = {"post", "comment", "share"}
@@ -141,21 +140,7 @@ processors:
     on_error: skip
     state: {{dir: {state_dir}}}
 """)
-    stop = threading.Event()
-    worker = Worker(pipeline, "p", bootstrap, stop=stop)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    while worker.processed == 0:
-        time.sleep(0.0005)
-    first = time.perf_counter()
-    already = worker.processed  # the first batch was processed before the clock started: count it out
-    while worker.processed < records:
-        time.sleep(0.001)
-    worker.sink.flush()  # the raw loop's clock also stops after its final flush
-    elapsed = time.perf_counter() - first
-    stop.set()
-    thread.join()
-    return (records - already) / elapsed
+    return time_worker(pipeline, "p", bootstrap, records)
 
 
 def main() -> None:

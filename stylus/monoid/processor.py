@@ -79,33 +79,35 @@ class CountMonoid(SumMonoid):
         return ((record.key or "", 1),)
 
 
-class MaxMonoid(MonoidProcessor):
+class _ExtremumMonoid(MonoidProcessor):
+    """The extreme number seen; `None` is the identity. Subclasses say which of two wins."""
+
+    def zero(self) -> Any:
+        return None
+
+    def combine(self, a: Any, b: Any) -> Any:
+        if a is None:
+            return b
+        if b is None:
+            return a
+        return b if self.wins(b, a) else a
+
+    @staticmethod
+    def wins(b: Any, a: Any) -> bool:
+        return bool(b > a)
+
+
+class MaxMonoid(_ExtremumMonoid):
     """The largest number seen; `None` is the identity."""
 
     sql_combiner: ClassVar[SqlCombiner | None] = "max"
 
-    def zero(self) -> Any:
-        return None
 
-    def combine(self, a: Any, b: Any) -> Any:
-        if a is None:
-            return b
-        if b is None:
-            return a
-        return b if b > a else a
-
-
-class MinMonoid(MonoidProcessor):
+class MinMonoid(_ExtremumMonoid):
     """The smallest number seen; `None` is the identity."""
 
     sql_combiner: ClassVar[SqlCombiner | None] = "min"
 
-    def zero(self) -> Any:
-        return None
-
-    def combine(self, a: Any, b: Any) -> Any:
-        if a is None:
-            return b
-        if b is None:
-            return a
-        return b if b < a else a
+    @staticmethod
+    def wins(b: Any, a: Any) -> bool:
+        return bool(b < a)

@@ -14,8 +14,9 @@ from stylus.config import load_pipeline
 from stylus.config.model import Pipeline
 from stylus.monitoring.alerts import alert_rules, render_rules, scrape_config
 from tests.support.cli import run_stylus
+from tests.support.tools import needs
 
-pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian prometheus) missing")
+pytestmark = needs(shutil.which("promtool"), "promtool (Debian prometheus)")
 
 DOC = {
     "pipeline": "alerting",

@@ -14,6 +14,7 @@ import yaml
 from stylus.config import load_pipeline
 from stylus.monitoring.dashboard import render_dashboard
 from tests.support.cli import run_stylus
+from tests.support.tools import needs
 
 ROOT = Path(__file__).resolve().parents[2]
 TRENDING = ROOT / "pipelines" / "trending_events.yaml"
@@ -53,7 +54,7 @@ def test_grid_has_no_overlaps(pipeline):
         cells |= mine
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian prometheus) missing")
+@needs(shutil.which("promtool"), "promtool (Debian prometheus)")
 def test_every_query_is_valid_promql(pipeline, tmp_path):
     exprs = [t["expr"] for p in json.loads(render_dashboard(pipeline))["panels"] for t in p.get("targets", [])]
     rules = {"groups": [{"name": "dashboard", "rules": [{"record": f"check:{i}", "expr": e}

@@ -9,13 +9,13 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Producer
 
 from stylus.kafka.admin import create_topics, pipeline_topics
 from stylus.monitoring.lag import format_table, pipeline_lag
 from stylus.runtime.runner import PipelineRunner
 from tests.support.cli import run_stylus
+from tests.support.tools import needs
 
 DOC = {
     "topics": {"words": {"partitions": 2}, "counts": {"partitions": 1}},
@@ -70,7 +70,7 @@ def kcat_backlog(bootstrap: str, group: str, topic: str, env: dict[str, str]) ->
     return seen
 
 
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat (Debian package) is not installed")
+@needs(shutil.which("kcat"), "kcat (Debian package)")
 def test_lag_matches_known_backlog_and_kcat(bootstrap, pipeline_factory, tmp_path):
     path, pipeline = pipeline_factory(DOC, name="lag")
     topic = next(iter(pipeline.topics))

@@ -12,7 +12,6 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-import pytest
 import yaml
 
 from stylus.kafka.admin import create_topics, pipeline_topics
@@ -22,6 +21,7 @@ from stylus.monitoring.dashboard import render_dashboard
 from tests.monitoring.conftest import wait_for
 from tests.monitoring.test_metrics import produce_backlog
 from tests.support.cli import start_stylus
+from tests.support.tools import needs
 
 PROMETHEUS = shutil.which("prometheus")
 
@@ -56,7 +56,7 @@ def dashboard_metric_names(pipeline) -> set[str]:
     return names
 
 
-@pytest.mark.skipif(PROMETHEUS is None, reason="prometheus (Debian package) is not installed")
+@needs(PROMETHEUS, "prometheus (Debian package)")
 def test_prometheus_scrapes_a_running_processor(bootstrap, pipeline_factory, gate, tmp_path):
     path, pipeline = pipeline_factory({
         "topics": {"in": {"partitions": 2}, "out": {"partitions": 1}},

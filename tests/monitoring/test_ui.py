@@ -12,13 +12,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
 from confluent_kafka import Producer
 
 from stylus.kafka.admin import create_topics, pipeline_topics
 from stylus.monitoring.status import likely_cause
 from stylus.monitoring.ui import StatusServer
 from tests.monitoring.conftest import running, wait_for
+from tests.support.tools import needs
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -73,7 +73,7 @@ def test_likely_cause_is_furthest_upstream(pipeline_factory, tmp_path):
     assert likely_cause(pipeline, set()) is None
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium (Debian package) is not installed")
+@needs(CHROMIUM, "chromium (Debian package)")
 def test_status_page_in_headless_chromium(bootstrap, pipeline_factory, gate):
     _, pipeline = two_stage(pipeline_factory, gate)
     clicks, sessions = list(pipeline.topics)[:2]

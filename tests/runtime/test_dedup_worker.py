@@ -11,11 +11,10 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from stylus.state.kv import RocksKV
-from stylus.state.store import PartitionStore
 from tests.conftest import PipelineFactory
 from tests.support.cli import run_stylus, start_stylus
 from tests.support.kafka import produce, read_raw
+from tests.support.state import summed_state
 
 PARTITIONS = 2
 
@@ -39,16 +38,7 @@ def doc() -> dict[str, object]:
 
 
 def counts(state_dir: Path, pipeline: str, topic: str) -> Counter[str]:
-    total: Counter[str] = Counter()
-    for partition in range(PARTITIONS):
-        path = state_dir / pipeline / "counter" / f"{topic}-{partition}"
-        if path.exists():
-            store = PartitionStore(RocksKV(path))
-            try:
-                total.update(dict(store.state.items()))
-            finally:
-                store.close()
-    return total
+    return summed_state(state_dir, pipeline, "counter", topic, PARTITIONS)
 
 
 def wait_for(log: Path, text: str, count: int, timeout: float = 60) -> None:

@@ -10,11 +10,10 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from stylus.state.kv import RocksKV
-from stylus.state.store import PartitionStore
 from tests.conftest import PipelineFactory
 from tests.support.cli import ROOT, run_stylus, stylus_cmd, stylus_env, wait_for_text
 from tests.support.kafka import produce
+from tests.support.state import summed_state
 
 PARTITIONS = 4
 
@@ -33,16 +32,7 @@ def counter_doc(interval: str = "200ms") -> dict[str, object]:
 
 
 def final_state(state_dir: Path, pipeline: str, topic: str) -> Counter[str]:
-    total: Counter[str] = Counter()
-    for partition in range(PARTITIONS):
-        path = state_dir / pipeline / "counter" / f"{topic}-{partition}"
-        if path.exists():
-            store = PartitionStore(RocksKV(path))
-            try:
-                total.update(dict(store.state.items()))
-            finally:
-                store.close()
-    return total
+    return summed_state(state_dir, pipeline, "counter", topic, PARTITIONS)
 
 
 def start(path: Path, bootstrap: str, log: Path, *extra: str) -> subprocess.Popen[bytes]:

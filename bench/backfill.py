@@ -1,13 +1,16 @@
-"""Issue 6 benchmark: backfill on Spark vs streaming replay of the same records, executor scaling, and
-the two ways into Spark (a Python data source vs mapInArrow over planned ranges).
+"""Issue 6 benchmark: backfill on Spark vs streaming replay of the same records.
 
-    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python -m bench.backfill --records 1000000
+    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python -m bench.backfill --records 1000000 [--rounds 3] [--extras]
 
 Runs its own embedded broker. Processor: tests.apps.counting:WordCount (stateful, one output per record),
 4 input partitions, 10,000 distinct keys. Both the stream and the backfill write their 1M outputs to a
-Kafka topic, so they do the same work; Spark session start-up (4-7 s) is not counted. A backfill is timed
-end to end (plan included) and from its first to its last processed record (as the stream is timed), twice
-per master: the first backfill of the session and the same one again on warm Python workers.
+Kafka topic, so they do the same work. Each round runs the streaming replay, then a backfill in a fresh
+process (a new Spark session, as `stylus backfill` gets): its first backfill (cold: Python workers start
+inside it) and the same again on warm workers. A backfill is timed end to end (from the call into planning
+to the results back on the driver) and from its first to its last processed record (as the stream is
+timed); only the session start (the JVM) is not counted. CPU: the stream's process, the backfill's whole
+process tree (driver, JVM, Python daemon and workers); the broker's separately. `--extras`: `local[1]`
+and the two ways into a DataFrame (a Python data source vs mapInArrow over planned ranges).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -88,20 +92,6 @@ def bench_stream(path: Path, bootstrap: str, n: int) -> float:
     runner.run()
     watcher.join(5)
     return marks["last"] - marks["first"]
-
-
-def _warm(batches: Any) -> Any:
-    import stylus.backfill.task  # noqa: F401 - imports in the Python workers, as a first task would
-
-    yield from batches
-
-
-def warm_up(spark: Any) -> float:
-    """The first job of a session starts the Python workers and imports (~10 s here): not counted."""
-    parallelism = spark.sparkContext.defaultParallelism
-    started = time.monotonic()
-    spark.range(0, parallelism, 1, parallelism).mapInArrow(_warm, "id long").collect()
-    return time.monotonic() - started
 
 
 def bench_backfill(spark: Any, path: Path, bootstrap: str) -> tuple[float, float, int]:
@@ -188,46 +178,121 @@ def _load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of `pid` and all its descendants (driver, Spark's JVM, the Python daemon, its workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[tuple[int, float]]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append((int(entry), (int(fields[11]) + int(fields[12])) / tick))
+    total, todo = (time.process_time() if pid == os.getpid() else 0.0), [pid]
+    while todo:
+        for child, cpu in children.get(todo.pop(), []):
+            total += cpu
+            todo.append(child)
+    return total
+
+
+def proc_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def child(args: argparse.Namespace) -> None:
+    """One fresh session (a new JVM and Python daemon, as a `stylus backfill` gets): the first backfill of
+    the session (cold: Python workers start inside it), then the same again on warm workers. Session
+    start-up (the JVM) is timed but not counted. Prints one JSON line."""
+    tmp, out = Path(args.tmp), dict[str, Any]()
+    started = time.monotonic()
+    spark = spark_session(args.master, f"bench-{args.tag}", preload=["tests.apps.counting"])
+    out["session"] = time.monotonic() - started
+    for run in (1, 2):
+        path = pipeline_file(tmp, f"{args.tag}-{run}")
+        cpu = tree_cpu(os.getpid())
+        seconds, active, records = bench_backfill(spark, path, args.child)
+        assert records == args.records, (records, args.records)
+        out[f"run{run}"] = {"e2e": seconds, "active": active, "cpu": tree_cpu(os.getpid()) - cpu, "load": _load()}
+    spark.stop()
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def run_child(bootstrap: str, tmp: Path, tag: str, master: str, n: int) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "bench.backfill", "--child", bootstrap, "--tmp", str(tmp), "--tag", tag,
+           "--master", master, "--records", str(n)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode or not lines:
+        raise RuntimeError(f"backfill child failed ({done.returncode}): {done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
+    return result
+
+
+def extras(bootstrap: str, tmp: Path, n: int, path: Path) -> None:
+    """`local[1]` scaling and the two ways of getting records into a DataFrame (one session each)."""
+    print(f"local[1]: {json.dumps(run_child(bootstrap, tmp, 'local1', 'local[1]', n))}", flush=True)
+    spark = spark_session("local[2]", "bench-ingest")
+    plan = plan_for(load_pipeline(path), "count", bootstrap, parse_bound(None, default="earliest"),
+                    parse_bound(None, default="latest"))
+    for way, secs in bench_ingest(spark, plan).items():
+        print(f"into Spark via {way} (read + count/sum): {secs:.1f}s = {n / secs:,.0f} records/s", flush=True)
+    spark.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--rounds", type=int, default=3, help="stream, then a fresh backfill session, N times")
+    parser.add_argument("--extras", action="store_true", help="also local[1] and the DataFrame ingest ways")
     parser.add_argument("--tmp", default="/tmp/stylus-bench-backfill")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: run one session against this bootstrap
+    parser.add_argument("--tag", default="x", help=argparse.SUPPRESS)
+    parser.add_argument("--master", default="local[2]", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
     tmp = Path(args.tmp)
     shutil.rmtree(tmp, ignore_errors=True)  # state from an earlier run would resume mid-topic
     tmp.mkdir(parents=True)
     n = args.records
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap
+        assert broker.process is not None
         create_topics(bootstrap, {t: s for t, s in load_pipeline(pipeline_file(tmp, "x")).topics.items()
                                   if t == "words"})
         started = time.monotonic()
         produce(bootstrap, n)
         print(f"produced {n} records in {time.monotonic() - started:.1f}s", flush=True)
-
-        stream_s = bench_stream(pipeline_file(tmp, "stream"), bootstrap, n)
-        print(f"streaming replay (stylus run, 1 worker), first to last record: {stream_s:.1f}s = "
-              f"{n / stream_s:,.0f} records/s [load {_load()}]", flush=True)
-        results = {"stream": stream_s}
-        for master in ("local[2]", "local[1]"):
-            spark = spark_session(master, f"bench-{master}")
-            print(f"{master}: first job (Python workers start, imports) {warm_up(spark):.1f}s", flush=True)
-            tag = master.replace("[", "").replace("]", "")
-            for run in (1, 2):  # run 2: the same backfill again (new output topic) on the now warm workers
-                path = pipeline_file(tmp, f"{tag}-{run}")
-                seconds, active, records = bench_backfill(spark, path, bootstrap)
-                assert records == n, (records, n)
-                results[f"{master} run {run}"] = seconds
-                print(f"backfill {master} run {run}: end to end {seconds:.1f}s = {n / seconds:,.0f} records/s "
-                      f"({stream_s / seconds:.2f}x streaming); first to last record {active:.1f}s = "
-                      f"{n / active:,.0f} records/s ({stream_s / active:.2f}x) [load {_load()}]", flush=True)
-            if master == "local[2]":
-                plan = plan_for(load_pipeline(path), "count", bootstrap, parse_bound(None, default="earliest"),
-                                parse_bound(None, default="latest"))
-                for way, secs in bench_ingest(spark, plan).items():
-                    print(f"into Spark via {way} (read + count/sum): {secs:.1f}s = {n / secs:,.0f} records/s",
-                          flush=True)
-            spark.stop()
+        rows: list[dict[str, float]] = []
+        for r in range(1, args.rounds + 1):  # interleaved: the neighbours' load hits both sides alike
+            cpu, broker_cpu = time.process_time(), proc_cpu(broker.process.pid)
+            stream_s = bench_stream(pipeline_file(tmp, f"stream{r}"), bootstrap, n)
+            print(f"round {r} streaming replay (1 worker), first to last record: {stream_s:.2f}s = "
+                  f"{n / stream_s:,.0f} records/s, CPU {time.process_time() - cpu:.1f}s "
+                  f"(+ broker {proc_cpu(broker.process.pid) - broker_cpu:.1f}s) [load {_load()}]", flush=True)
+            broker_cpu = proc_cpu(broker.process.pid)
+            res = run_child(bootstrap, tmp, f"r{r}", "local[2]", n)
+            broker_cpu = proc_cpu(broker.process.pid) - broker_cpu
+            row = {"stream": stream_s}
+            for run, label in ((1, "first backfill of the session (cold)"), (2, "same again (warm workers)")):
+                x = res[f"run{run}"]
+                row[f"e2e{run}"], row[f"active{run}"] = x["e2e"], x["active"]
+                print(f"round {r} backfill local[2] {label}: end to end {x['e2e']:.2f}s = {n / x['e2e']:,.0f} "
+                      f"records/s ({stream_s / x['e2e']:.2f}x streaming); first to last record {x['active']:.2f}s "
+                      f"({stream_s / x['active']:.2f}x); CPU {x['cpu']:.1f}s [load {x['load']}]", flush=True)
+            print(f"round {r} (session start, not counted: {res['session']:.1f}s; broker CPU over both "
+                  f"backfills {broker_cpu:.1f}s)", flush=True)
+            rows.append(row)
+        for key, label in (("e2e1", "cold end to end"), ("e2e2", "warm end to end"),
+                           ("active1", "cold first to last"), ("active2", "warm first to last")):
+            ratios = sorted(row["stream"] / row[key] for row in rows)
+            print(f"{label}: {' '.join(f'{x:.2f}x' for x in ratios)} (median {ratios[len(ratios) // 2]:.2f}x)")
+        if args.extras:
+            extras(bootstrap, tmp, n, pipeline_file(tmp, "ingest"))
 
 
 if __name__ == "__main__":

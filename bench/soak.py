@@ -28,20 +28,23 @@ from confluent_kafka import Producer
 from stylus.config import load_pipeline
 from stylus.kafka.admin import create_topics, pipeline_topics
 from stylus.kafka.broker import EmbeddedBroker
+from stylus.kafka.offsets import end_offsets, topic_partitions
 from stylus.kafka.reader import read_topic
+from tests.support.proc import rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
 GARBAGE_EVERY = 200  # 0.5% of the records are not JSON
 
 
-def rss_mb(pid: int) -> float | None:
+STALL_SECONDS = 60  # no new output for this long while input flows: the instances are restarted
+
+
+def output_end(bootstrap: str) -> int:
+    """Records in the output topic so far (progress)."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
+        return sum(high for _, high in end_offsets(bootstrap, topic_partitions(bootstrap, ["out"]), timeout=5).values())
+    except Exception:  # the broker is paused: no reading
+        return -1
 
 
 class Load(threading.Thread):
@@ -91,12 +94,15 @@ def main() -> None:
                "processors": {"p": {"class": "tests.apps.faulty:BigState", "config": {"size": 50},
                                     "inputs": ["in"], "outputs": ["out"], "checkpoint": {"interval": "1s"},
                                     "semantics": {"state": "exactly_once", "output": "at_least_once"},
-                                    "state": {"dir": str(work / "state")}}}}
+                                    "state": {"dir": str(work / "state")},
+                                    # 1.8M records: the embedded broker's fetches of big partitions take
+                                    # longer than the 20 ms default wait (docs/faults.md)
+                                    "kafka": {"consumer": {"fetch.wait.max.ms": 500}}}}}
         path = work / "soak.yaml"
         path.write_text(yaml.safe_dump(doc))
         pipeline = load_pipeline(path)
         create_topics(bootstrap, pipeline_topics(pipeline), pipeline)
-        env = dict(os.environ, STYLUS_BOOTSTRAP_SERVERS=bootstrap, PYTHONPATH=str(ROOT), STYLUS_LOG_LEVEL="WARNING")
+        env = dict(os.environ, STYLUS_BOOTSTRAP_SERVERS=bootstrap, PYTHONPATH=str(ROOT), STYLUS_LOG_LEVEL="INFO")
         log = open(work / "run.log", "ab")  # noqa: SIM115 - shared by the children for the whole run
 
         def start(n: int, *extra: str) -> subprocess.Popen[bytes]:
@@ -108,16 +114,29 @@ def main() -> None:
         load.start()
         began = time.monotonic()
         samples: list[dict[str, Any]] = []
-        kills = pauses = 0
+        kills = pauses = stall_restarts = 0
+        last_out, last_progress = -1, began
         next_kill = began + rng.expovariate(1 / args.kill_every)
         next_pause = began + rng.expovariate(1 / args.pause_every)
         next_sample = began
         while time.monotonic() - began < args.duration:
             now = time.monotonic()
             if now >= next_sample:
-                samples.append({"t": round(now - began, 1), "sent": load.sent,
+                out = output_end(bootstrap)
+                samples.append({"t": round(now - began, 1), "sent": load.sent, "out": out,
                                 "rss_mb": {n: rss_mb(p.pid) for n, p in procs.items()}})
                 next_sample = now + 5
+                if out != last_out:
+                    last_out, last_progress = out, now
+                elif now - last_progress > STALL_SECONDS:  # what a liveness probe would do: restart them all
+                    print(f"no output for {STALL_SECONDS}s at t={now - began:.0f}s: restarting every instance",
+                          file=sys.stderr, flush=True)
+                    for n, proc in procs.items():
+                        proc.send_signal(signal.SIGKILL)
+                        proc.wait()
+                        procs[n] = start(n)
+                    stall_restarts += 1
+                    last_progress = now
             if now >= next_kill:
                 n = rng.randrange(args.instances)
                 procs[n].send_signal(signal.SIGKILL)
@@ -142,8 +161,16 @@ def main() -> None:
             proc.send_signal(signal.SIGTERM)
         for proc in procs.values():
             proc.wait(120)
-        drain = start(0, "--exit-when-idle", "3")
-        drain.wait(600)
+        for _attempt in range(4):  # a drain that never gets its partitions is restarted, like a stall
+            drain = start(0, "--exit-when-idle", "3")
+            try:
+                drain.wait(300)
+                break
+            except subprocess.TimeoutExpired:
+                print("drain did not finish in 300 s: restarting it", file=sys.stderr, flush=True)
+                drain.kill()
+                drain.wait()
+                stall_restarts += 1
         sent = load.sent
         out_ids = {json.loads(m.value())["id"] for m in read_topic(bootstrap, "out", timeout=120)}
         out_count = len(read_topic(bootstrap, "out", timeout=120))
@@ -153,7 +180,7 @@ def main() -> None:
                if any(v is not None for v in s["rss_mb"].values())]
         report = {
             "duration_s": args.duration, "rate": args.rate, "instances": args.instances,
-            "sigkills": kills, "broker_pauses": pauses,
+            "sigkills": kills, "broker_pauses": pauses, "stall_restarts": stall_restarts,
             "records_in": sent, "records_out_distinct": len(out_ids), "records_out_total": out_count,
             "dead_lettered": len(dead), "expected_dead": sum(1 for i in range(sent) if i % GARBAGE_EVERY ==
                                                              GARBAGE_EVERY - 1),

@@ -5,15 +5,21 @@
 Work: consume 1,000,000 small JSON records from 4 partitions, decode, filter (keep 3 of 5 types),
 produce the kept records. Stateful variant: count per key (10,000 keys) and emit the running count;
 the raw loop keeps counts in a dict, Stylus in RocksDB (at-least-once state and output). Both sides
-use the same client settings (the best found; see shared/notes/broker.md) and the same JSON library,
-commit offsets every 2 s, and are timed from their first record to their last. Runs alternate
-(raw, stylus, raw, stylus, ...) and the best of each is reported.
+use the same client settings (`client_config` of the same pipeline: the best found, see
+shared/notes/broker.md; the raw producer also reports only failed deliveries, and checks them), the same
+JSON library, commit offsets every 2 s, and are timed from their first record to their last. Runs
+alternate (raw, stylus, raw, stylus, ...) and the best of each is reported, by wall clock and by records
+per CPU second of the process (client threads included; the broker is another process): the machine is
+shared, and CPU time is the steadier measure. The raw loop calls `produce(topic, value, key,
+timestamp=...)` as the confluent-kafka docs show; `--raw-positional` makes it pass every argument
+positionally as Stylus does (keyword parsing costs confluent-kafka ~0.3 us per call).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import tempfile
 import time
@@ -27,10 +33,10 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from bench.common import time_worker
 from stylus import Context, Processor, Record
 from stylus.config import parse_pipeline
-from stylus.config.model import TopicSpec
+from stylus.config.model import Pipeline, TopicSpec
 from stylus.kafka.admin import create_topics, delete_topics
 from stylus.kafka.broker import EmbeddedBroker
-from stylus.kafka.settings import CONSUMER_DEFAULTS, PRODUCER_DEFAULTS
+from stylus.kafka.settings import PRODUCER_DEFAULTS, client_config
 
 TYPES = ["post", "comment", "like", "share", "view"]
 KEEP = {"post", "comment", "share"}
@@ -67,11 +73,13 @@ def load_input(bootstrap: str, topic: str, records: int) -> None:
     producer.flush(60)
 
 
-def raw_loop(bootstrap: str, topic_in: str, topic_out: str, records: int, stateful: bool) -> float:
-    """The ceiling: the same work written by hand with the same client settings."""
-    consumer = Consumer({**CONSUMER_DEFAULTS, "bootstrap.servers": bootstrap, "group.id": f"raw-{uuid.uuid4().hex}",
-                         "enable.partition.eof": False})
-    producer = Producer({**PRODUCER_DEFAULTS, "bootstrap.servers": bootstrap})
+def raw_loop(pipeline: Pipeline, bootstrap: str, topic_in: str, topic_out: str, records: int, stateful: bool,
+             positional: bool = False) -> float:
+    """The ceiling: the same work written by hand with the same client settings as the Stylus worker."""
+    failed: list[Any] = []
+    consumer = Consumer(client_config("consumer", bootstrap, pipeline, "p", **{"group.id": f"raw-{uuid.uuid4().hex}"}))
+    producer = Producer(client_config("producer", bootstrap, pipeline, "p", **{"delivery.report.only.error": True})
+                        | {"on_delivery": lambda err, msg: failed.append(err)})
     consumer.subscribe([topic_in])
     counts: dict[str, int] = {}
     positions: dict[int, int] = {}
@@ -104,7 +112,10 @@ def raw_loop(bootstrap: str, topic_in: str, topic_out: str, records: int, statef
                 continue
             while True:
                 try:
-                    produce(topic_out, dumps(out), key, timestamp=msg.timestamp()[1])
+                    if positional:  # (topic, value, key, partition, callback, on_delivery, timestamp)
+                        produce(topic_out, dumps(out), key, -1, None, None, msg.timestamp()[1])
+                    else:
+                        produce(topic_out, dumps(out), key, timestamp=msg.timestamp()[1])
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -117,11 +128,12 @@ def raw_loop(bootstrap: str, topic_in: str, topic_out: str, records: int, statef
     producer.flush()
     elapsed = time.perf_counter() - first
     consumer.close()
+    if failed:
+        raise RuntimeError(f"{len(failed)} deliveries failed: {failed[0]}")
     return records / elapsed
 
 
-def stylus_run(bootstrap: str, topic_in: str, topic_out: str, records: int, stateful: bool, state_dir: str) -> float:
-    """The same work as a Stylus processor, run by the real Worker."""
+def bench_pipeline(bootstrap: str, topic_in: str, topic_out: str, stateful: bool, state_dir: str) -> Pipeline:
     cls = "bench.throughput:CountPerKey" if stateful else "bench.throughput:KeepTypes"
     semantics = "{state: at_least_once, output: at_least_once}" if stateful else "{output: at_least_once}"
     pipeline = parse_pipeline(f"""
@@ -140,6 +152,11 @@ processors:
     on_error: skip
     state: {{dir: {state_dir}}}
 """)
+    return pipeline
+
+
+def stylus_run(pipeline: Pipeline, bootstrap: str, records: int) -> float:
+    """The same work as a Stylus processor, run by the real Worker."""
     return time_worker(pipeline, "p", bootstrap, records)
 
 
@@ -148,6 +165,8 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--raw-positional", action="store_true", help="the raw loop passes produce() arguments "
+                        "positionally, as Stylus does")
     args = parser.parse_args()
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
         bootstrap = broker.bootstrap
@@ -156,26 +175,41 @@ def main() -> None:
         print(f"loading {args.records:,} records into {PARTITIONS} partitions ...", flush=True)
         load_input(bootstrap, topic_in, args.records)
         results: dict[str, list[float]] = {}
+        cpu: dict[str, list[float]] = {}
+        loads: list[float] = []
         for stateful in (False, True):
-            kind = "stateful" if stateful else "stateless"
+            kind = "stateless" if not stateful else "stateful"
             for rep in range(args.repeat):
                 for side in ("raw", "stylus"):
                     out = f"bench-out-{uuid.uuid4().hex[:6]}"
                     create_topics(bootstrap, {out: TopicSpec(partitions=PARTITIONS)})
+                    pipeline = bench_pipeline(bootstrap, topic_in, out, stateful, f"{tmp}/s{rep}")
+                    cpu_start = time.process_time()
                     if side == "raw":
-                        rate = raw_loop(bootstrap, topic_in, out, args.records, stateful)
+                        rate = raw_loop(pipeline, bootstrap, topic_in, out, args.records, stateful, args.raw_positional)
                     else:
-                        rate = stylus_run(bootstrap, topic_in, out, args.records, stateful, f"{tmp}/s{rep}")
+                        rate = stylus_run(pipeline, bootstrap, args.records)
+                    per_cpu = args.records / (time.process_time() - cpu_start)  # whole run: join, clients, close
                     delete_topics(bootstrap, [out])
+                    load = os.getloadavg()[0]
+                    loads.append(load)
                     results.setdefault(f"{kind}/{side}", []).append(rate)
-                    print(f"  {kind:9} {side:6} run {rep + 1}: {rate:,.0f} records/s", flush=True)
+                    cpu.setdefault(f"{kind}/{side}", []).append(per_cpu)
+                    print(f"  {kind:9} {side:6} run {rep + 1}: {rate:,.0f} records/s, {per_cpu:,.0f} records/CPU-s"
+                          f"  (load {load:.1f})", flush=True)
         summary = {}
         for kind in ("stateless", "stateful"):
             raw, sty = max(results[f"{kind}/raw"]), max(results[f"{kind}/stylus"])
-            summary[kind] = {"raw": raw, "stylus": sty, "ratio": sty / raw}
-            print(f"{kind:9}: raw {raw:,.0f}/s  stylus {sty:,.0f}/s  = {sty / raw:.0%} of the raw loop")
+            raw_cpu, sty_cpu = max(cpu[f"{kind}/raw"]), max(cpu[f"{kind}/stylus"])
+            summary[kind] = {"raw": raw, "stylus": sty, "ratio": sty / raw,
+                             "raw_cpu": raw_cpu, "stylus_cpu": sty_cpu, "ratio_cpu": sty_cpu / raw_cpu}
+            print(f"{kind:9}: raw {raw:,.0f}/s  stylus {sty:,.0f}/s  = {sty / raw:.0%} of the raw loop;  per CPU-s: "
+                  f"raw {raw_cpu:,.0f}  stylus {sty_cpu:,.0f}  = {sty_cpu / raw_cpu:.0%}")
+        print(f"load average (1 min) during the runs: {min(loads):.1f}-{max(loads):.1f}")
         if args.json:
-            args.json.write_text(json.dumps({"records": args.records, "runs": results, "best": summary}, indent=2))
+            args.json.write_text(json.dumps({"records": args.records, "raw_positional": args.raw_positional,
+                                             "runs": results, "runs_cpu": cpu, "best": summary,
+                                             "load": [min(loads), max(loads)]}, indent=2))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import numpy as np
 import orjson
 from confluent_kafka import Producer
 
+from stylus.kafka.settings import connect
+
 TOPICS: tuple[str, ...] = ("sports", "music", "politics", "tech", "food", "travel", "science", "movies")
 
 KEYWORDS: dict[str, tuple[str, ...]] = {
@@ -195,10 +197,10 @@ def generate(n: int, config: GeneratorConfig | None = None) -> list[dict[str, An
 
 def producer_for(bootstrap: str) -> Producer:
     """A producer keyed with the Java client's partitioner, so keys co-partition with Stylus outputs."""
-    return Producer({
-        "bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4", "enable.idempotence": True,
+    return Producer(connect(bootstrap, **{
+        "linger.ms": 5, "compression.type": "lz4", "enable.idempotence": True,
         "partitioner": "murmur2_random", "queue.buffering.max.messages": 500_000,
-    })
+    }))
 
 
 def produce_records(producer: Producer, topic: str, records: Sequence[dict[str, Any]]) -> int:

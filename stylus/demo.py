@@ -25,6 +25,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from stylus.config import load_pipeline
 from stylus.config.model import Pipeline
+from stylus.kafka.settings import connect
 
 log = logging.getLogger(__name__)
 
@@ -62,11 +63,11 @@ class Board:
     """The latest ranking per topic, read from the ranked topic by assignment (no consumer group)."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
-        self.consumer = Consumer({
-            "bootstrap.servers": bootstrap, "group.id": f"stylus-demo-board-{uuid.uuid4().hex[:8]}",
+        self.consumer = Consumer(connect(bootstrap, **{
+            "group.id": f"stylus-demo-board-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False, "fetch.wait.max.ms": 50, "fetch.queue.backoff.ms": 10,
             "isolation.level": "read_committed",
-        })
+        }))
         self.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         self.latest: dict[str, dict[str, Any]] = {}
         self.received = 0

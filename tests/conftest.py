@@ -14,6 +14,7 @@ from stylus.config import Pipeline, load_pipeline
 from stylus.config.model import TopicSpec
 from stylus.kafka.admin import create_topics, delete_topics
 from stylus.kafka.broker import EmbeddedBroker
+from stylus.kafka.settings import forget_connections
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,6 +28,13 @@ def broker() -> Iterator[EmbeddedBroker]:
 @pytest.fixture(scope="session")
 def bootstrap(broker: EmbeddedBroker) -> str:
     return broker.bootstrap
+
+
+@pytest.fixture(autouse=True)
+def _fresh_connections() -> Iterator[None]:
+    """Connection settings remembered by one test's pipeline (SASL/SSL) must not reach the next test."""
+    yield
+    forget_connections()
 
 
 def unique(prefix: str) -> str:

@@ -1,11 +1,12 @@
 """The driver side of a backfill: plan, run the units on Spark, gather the summary (and state), seed.
 
-Data path: `spark.range(k, numPartitions=k)` gives one Spark partition per slot (k = executor cores; units
-balanced over the slots by planned size, `assign_slots`), and a `mapInArrow`
-function reads that unit's records itself and runs the processor (`stylus.backfill.task`), so records
-never become Spark rows (measured faster than a Python data source: BENCHMARKS.md, issue 6). Monoid
-processors run per chunk and their per-chunk states are merged by key with the processor's `combine`
-after a shuffle (the reduceByKey path).
+Data path: one Spark partition per slot (k = executor cores; units balanced over the slots by planned size,
+`assign_slots`); the task reads its units' records itself and runs the processor (`stylus.backfill.task`),
+so records never become Spark rows (measured faster than a Python data source: BENCHMARKS.md, issue 6).
+Records mode is a plain RDD job (`parallelize(range(k), k).mapPartitions`) returning row tuples: the first
+DataFrame job of a session cost ~2 s more on the JVM. Monoid processors run per chunk through
+`mapInArrow`, and their per-chunk states are merged by key with the processor's `combine` after a
+shuffle (the reduceByKey path).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from stylus.backfill.bounds import Bound
 from stylus.backfill.outputs import OutputTarget
 from stylus.backfill.plan import DEFAULT_CHUNK, Plan, Source, plan_ranges
 from stylus.backfill.progress import SparkProgress
-from stylus.backfill.task import RESULT_SCHEMA, JobSpec, assign_slots, combine_states, run_units
+from stylus.backfill.task import RESULT_SCHEMA, JobSpec, assign_slots, combine_states, run_slots_rows, run_units
 from stylus.config.model import Pipeline, TopicSpec
 
 RESULT_DDL = "kind string, topic string, partition int, key binary, value binary, timestamp bigint, n bigint"
@@ -117,22 +118,26 @@ def run_plan(spark: Any, pipeline: Pipeline, name: str, plan: Plan, output: Outp
     n = len(units_json)
     slots = assign_slots([sum(c.size for c in u.chunks) for u in plan.units],
                          int(spark.sparkContext.defaultParallelism))
-    frame = spark.range(0, len(slots), 1, len(slots)).mapInArrow(
-        functools.partial(run_units, job_json, units_json, slots), RESULT_DDL)
-    if mode == "monoid":
-        width = max(1, min(n, int(spark.conf.get("spark.sql.shuffle.partitions"))))
-        frame = (frame.repartition(width, "topic", "partition", "key")
-                 .sortWithinPartitions("topic", "partition", "key", "n")
-                 .mapInArrow(functools.partial(combine_states, job_json), RESULT_DDL))
     with SparkProgress(spark, f"backfill {name}", enabled=progress):
-        table = frame.toArrow()
+        if mode == "monoid":
+            width = max(1, min(n, int(spark.conf.get("spark.sql.shuffle.partitions"))))
+            frame = (spark.range(0, len(slots), 1, len(slots))
+                     .mapInArrow(functools.partial(run_units, job_json, units_json, slots), RESULT_DDL)
+                     .repartition(width, "topic", "partition", "key")
+                     .sortWithinPartitions("topic", "partition", "key", "n")
+                     .mapInArrow(functools.partial(combine_states, job_json), RESULT_DDL))
+            cols = frame.toArrow().to_pydict()
+        else:
+            rows = spark.sparkContext.parallelize(range(len(slots)), len(slots)).mapPartitions(
+                functools.partial(run_slots_rows, job_json, units_json, slots)).collect()
+            cols = dict(zip(RESULT_SCHEMA.names, map(list, zip(*rows, strict=True)), strict=True)) if rows \
+                else {col: [] for col in RESULT_SCHEMA.names}
     result.seconds = time.monotonic() - started
-    _gather(result, table, pipeline, want_state=return_state)
+    _gather(result, cols, pipeline, want_state=return_state)
     return result
 
 
-def _gather(result: BackfillResult, table: Any, pipeline: Pipeline, *, want_state: bool) -> None:
-    cols = table.to_pydict()
+def _gather(result: BackfillResult, cols: dict[str, list[Any]], pipeline: Pipeline, *, want_state: bool) -> None:
     for i, kind in enumerate(cols["kind"]):
         if kind == "done":
             summary = orjson.loads(cols["value"][i])

@@ -83,7 +83,6 @@ def plan_ranges(
     archive_root: str | None = None,
     chunk_size: int = DEFAULT_CHUNK,
     per_partition: bool = True,
-    kafka_extra: dict[str, object] | None = None,
 ) -> Plan:
     """Plan the reads. `per_partition=True` (stateful processors) keeps each partition in one unit."""
     if source != "kafka" and not archive_root:
@@ -92,7 +91,7 @@ def plan_ranges(
     use_kafka = source in ("kafka", "both")
     use_archive = source in ("archive", "both")
     parts = topic_partitions(bootstrap, topics) if use_kafka else []
-    bounds = end_offsets(bootstrap, parts, extra=kafka_extra) if parts else {}
+    bounds = end_offsets(bootstrap, parts) if parts else {}
     segments: dict[tuple[str, int], list[Segment]] = {}
     if use_archive:
         assert archive_root is not None
@@ -108,7 +107,7 @@ def plan_ranges(
         for topic, partition in keys:
             low, high = bounds.get((topic, partition), (0, 0))
             if (start.kind == "time" or stop.kind == "time") and high > low and probe is None:
-                probe = TimestampProbe(bootstrap, kafka_extra)
+                probe = TimestampProbe(bootstrap)
             window = _window(probe, topic, partition, low, high, start, stop)
             chunks = _merge(topic, partition, window, segments.get((topic, partition), []), chunk_size,
                             use_kafka=bool(bounds))

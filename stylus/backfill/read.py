@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from stylus.archive import read_segment
 from stylus.backfill.plan import Chunk, Unit
+from stylus.kafka.settings import connect
 
 
 class KafkaRange:
@@ -25,8 +26,7 @@ class KafkaRange:
         self.topic, self.partition, self.start, self.end, self.timeout = topic, partition, start, end, timeout
         self.consumer: Consumer | None = None
         if end > start:
-            self.consumer = Consumer({
-                "bootstrap.servers": bootstrap,
+            self.consumer = Consumer(connect(bootstrap, **{
                 "group.id": f"stylus-backfill-{uuid.uuid4().hex[:8]}",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
@@ -36,7 +36,7 @@ class KafkaRange:
                 "queued.min.messages": 100_000,
                 "fetch.max.bytes": 64 << 20,
                 "max.partition.fetch.bytes": 16 << 20,
-            })
+            }))
             self.consumer.assign([TopicPartition(topic, partition, start)])
 
     def batches(self, batch: int = 10_000) -> Iterator[list[Any]]:

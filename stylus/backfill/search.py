@@ -14,23 +14,23 @@ from types import TracebackType
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from stylus.kafka.settings import connect
+
 
 class TimestampProbe:
     """One group-less consumer that reads single records by offset."""
 
-    def __init__(self, bootstrap: str, extra: dict[str, object] | None = None, timeout: float = 10.0) -> None:
+    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
         self.timeout = timeout
         self.probes = 0
-        self.consumer = Consumer({
-            "bootstrap.servers": bootstrap,
+        self.consumer = Consumer(connect(bootstrap, **{
             "group.id": f"stylus-probe-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             "fetch.wait.max.ms": 10,
             "fetch.max.bytes": 1 << 20,
             "max.partition.fetch.bytes": 1 << 16,
-            **(extra or {}),
-        })
+        }))
 
     def record_at(self, topic: str, partition: int, offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `offset`, None at the end of the partition.

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stylus.config.model import Pipeline
+from stylus.config.secrets import reveal
 from stylus.state.kv import RocksKV
 
 
@@ -62,7 +63,7 @@ def seed_monoid_table(pipeline: Pipeline, processor: str, states: dict[tuple[str
         raise TypeError(f"processor `{processor}`: state backend `postgres` needs a MonoidProcessor")
     name = spec.state.table or default_table(pipeline.pipeline, processor)
     group = pipeline.group_id(processor)
-    db = Db(spec.state.dsn)
+    db = Db(reveal(spec.state.dsn))
     try:
         table = MonoidTable(db, name, proc.zero, proc.combine, proc.sql_combiner)
         table.create()

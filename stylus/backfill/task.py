@@ -24,6 +24,7 @@ from stylus.backfill.read import KafkaRange, open_unit, read_unit_batches
 from stylus.config.model import Pipeline
 from stylus.core.engine import Engine, RaiseFailures
 from stylus.core.task import PartitionTask
+from stylus.kafka.settings import remember_connection
 from stylus.state.kv import MemoryKV
 from stylus.state.store import PartitionStore
 
@@ -54,7 +55,10 @@ class JobSpec(BaseModel):
     sys_path: tuple[str, ...] = ()
 
     def load_pipeline(self) -> Pipeline:
-        return Pipeline.model_validate(self.pipeline)
+        """The pipeline, in a Spark task: its SASL/SSL settings then reach the task's helper clients too."""
+        pipeline = Pipeline.model_validate(self.pipeline)
+        remember_connection(self.bootstrap, pipeline)
+        return pipeline
 
 
 def _batched(it: Iterator[Any], size: int) -> Iterator[list[Any]]:
@@ -97,7 +101,8 @@ class UnitRun:
             task = self.tasks[(topic, partition)] = PartitionTask(topic, partition, store)
         return task
 
-    def run(self) -> Iterator[pa.RecordBatch]:
+    def rows(self) -> Iterator[tuple[Any, ...]]:
+        """Process the unit, then the result rows (RESULT_SCHEMA order): outputs to collect, state, summary."""
         unit, job = self.unit, self.job
         output = self.output
         engine = self.engine
@@ -128,7 +133,7 @@ class UnitRun:
             if collecting and not gc.isenabled():
                 gc.enable()
         task.next_offset = unit.next_offset
-        yield from _rows_batches(self._rows(output.collected, output.counts))
+        yield from self._rows(output.collected, output.counts)
 
     def _rows(self, collected: list[tuple[str, str | None, bytes, int]],
               counts: dict[str, int]) -> Iterator[tuple[Any, ...]]:
@@ -161,24 +166,40 @@ def _rows_batches(rows: Iterator[tuple[Any, ...]]) -> Iterator[pa.RecordBatch]:
                                           for i, col in enumerate(columns)], names=names)
 
 
+def run_slot(job: JobSpec, units_json: list[str], indexes: list[int]) -> Iterator[tuple[Any, ...]]:
+    """Run a slot's units one after the other, yielding their result rows. While a unit runs, the next
+    one's first Kafka chunk is already being fetched (`open_unit`): no idle gap between the units of a task."""
+    units = [Unit.model_validate_json(units_json[i]) for i in indexes]
+    opened = open_unit(units[0], job.bootstrap) if units else None
+    try:
+        for k, unit in enumerate(units):
+            current = opened
+            opened = open_unit(units[k + 1], job.bootstrap) if k + 1 < len(units) else None
+            yield from UnitRun(job, unit, current).rows()
+    finally:
+        if opened is not None:
+            opened.close()
+
+
 def run_units(job_json: str, units_json: list[str], slots: list[list[int]],
               batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: the input rows are slot numbers (`spark.range`, one per Spark partition), a slot is
-    a list of unit indexes run one after the other. While a unit runs, the next one's first Kafka chunk is
-    already being fetched (`open_unit`): no idle gap between the units of a task."""
+    """mapInArrow body (the monoid path, whose results go on to a shuffle): the input rows are slot numbers
+    (`spark.range`, one per Spark partition), a slot is a list of unit indexes (`run_slot`)."""
     job = JobSpec.model_validate_json(job_json)
     for batch in batches:
         for slot in batch.column(0).to_pylist():
-            units = [Unit.model_validate_json(units_json[i]) for i in slots[slot]]
-            opened = open_unit(units[0], job.bootstrap) if units else None
-            try:
-                for k, unit in enumerate(units):
-                    current = opened
-                    opened = open_unit(units[k + 1], job.bootstrap) if k + 1 < len(units) else None
-                    yield from UnitRun(job, unit, current).run()
-            finally:
-                if opened is not None:
-                    opened.close()
+            yield from _rows_batches(run_slot(job, units_json, slots[slot]))
+
+
+def run_slots_rows(job_json: str, units_json: list[str], slots: list[list[int]],
+                   numbers: Iterator[int]) -> Iterator[tuple[Any, ...]]:
+    """RDD `mapPartitions` body (records mode): the same slots, the result rows as plain tuples (PySpark
+    pickles them in batches). A plain RDD job, not a DataFrame one: no Catalyst planning, code generation
+    or Arrow exchange on the JVM (the first DataFrame job of a session took ~2 s longer), and no `pa.array`
+    in the worker (the first one of a process imports pandas: ~0.25 s; BENCHMARKS.md, issue 6)."""
+    job = JobSpec.model_validate_json(job_json)
+    for slot in numbers:
+        yield from run_slot(job, units_json, slots[slot])
 
 
 def assign_slots(sizes: list[int], slots: int) -> list[list[int]]:

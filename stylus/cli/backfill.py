@@ -46,7 +46,7 @@ def backfill_command(pipeline_file: str, name: str, start: str | None, stop: str
     """Run the processor's own process/on_timer code on Spark over historical input."""
     from stylus.backfill.bounds import parse_bound
     from stylus.backfill.runner import backfill, parse_output
-    from stylus.backfill.session import spark_session
+    from stylus.backfill.session import processor_modules, spark_session
     from stylus.cli.main import emit_result, load_or_exit
     from stylus.runtime.runner import resolved_bootstrap
 
@@ -59,7 +59,7 @@ def backfill_command(pipeline_file: str, name: str, start: str | None, stop: str
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
     with resolved_bootstrap(pipeline) as bootstrap:
-        spark = spark_session(master)
+        spark = spark_session(master, preload=processor_modules(pipeline, [name]))
         try:
             result = backfill(spark, pipeline, name, bootstrap, lower, upper, output=parse_output(target),
                               source=source, archive_root=archive_root, seed=seed_state,  # type: ignore[arg-type]

@@ -28,7 +28,7 @@ def replay_command(pipeline_file: str, name: str, start: str | None, stop: str |
     from stylus.backfill.diff import diff_outputs, live_outputs, replayed
     from stylus.backfill.outputs import OutputTarget
     from stylus.backfill.runner import backfill
-    from stylus.backfill.session import spark_session
+    from stylus.backfill.session import processor_modules, spark_session
     from stylus.cli.main import emit_result, load_or_exit
     from stylus.runtime.runner import resolved_bootstrap
 
@@ -44,7 +44,7 @@ def replay_command(pipeline_file: str, name: str, start: str | None, stop: str |
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from exc
     with resolved_bootstrap(pipeline) as bootstrap:
-        spark = spark_session(master, "stylus-replay")
+        spark = spark_session(master, "stylus-replay", preload=processor_modules(pipeline, [name]))
         try:
             result = backfill(spark, pipeline, name, bootstrap, lower, upper,
                               output=OutputTarget(kind="topic", topic=shadow, collect=show_diff),

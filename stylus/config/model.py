@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from stylus.config.durations import Duration
-from stylus.config.secrets import KafkaSettings
+from stylus.config.secrets import DsnSetting, KafkaSettings
 
 Mode = Literal["at_least_once", "at_most_once", "exactly_once"]
 SerdeName = Literal["json", "string", "bytes"]
@@ -88,7 +88,7 @@ class StateSpec(Frozen):
     cache_entries: int = Field(100_000, ge=0)
     # `postgres`: remote state for MonoidProcessor classes (stylus/monoid/), deltas + offsets per transaction
     backend: Literal["rocksdb", "postgres"] = "rocksdb"
-    dsn: str | None = None  # libpq connection string, e.g. ${STYLUS_PG_DSN}; required by `postgres`
+    dsn: DsnSetting = None  # libpq connection string, e.g. ${STYLUS_PG_DSN}; required by `postgres`
     table: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")  # default: from pipeline+name
 
     @model_validator(mode="after")

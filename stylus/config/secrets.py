@@ -101,6 +101,25 @@ def hold_secrets(settings: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_URL_PASSWORD = re.compile(r"^[a-z][a-z0-9+.-]*://[^:/@]*:([^@]+)@", re.IGNORECASE)
+_KEYWORD_PASSWORD = re.compile(r"(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+
+def hold_dsn(value: str | None) -> str | None:
+    """A database connection string is held whole as a `Secret` (it may carry a password), and both the
+    string and its password are scrubbed from logs: an error message may quote either."""
+    if value is None or isinstance(value, Secret):
+        return value
+    for match in (_URL_PASSWORD.match(value), _KEYWORD_PASSWORD.search(value)):
+        if match:
+            remember(match.group(1).strip("'"))
+    remember(value)
+    return Secret(value)
+
+
+#: A libpq connection string in the models: held as a secret.
+DsnSetting = Annotated[str | None, AfterValidator(hold_dsn)]
+
 #: The type of a `kafka:` block in the models: secrets held, everything else as written.
 KafkaSettings = Annotated[dict[str, Any], AfterValidator(hold_secrets)]
 

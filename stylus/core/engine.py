@@ -13,7 +13,7 @@ from stylus.api import Processor, Record
 from stylus.config.model import Pipeline, ProcessorSpec
 from stylus.core.dedup import DedupFilter
 from stylus.core.message import RawMessage
-from stylus.core.sink import Sink
+from stylus.core.sink import DirectOutput, Sink
 from stylus.core.task import NO_TIME, PartitionTask
 from stylus.eventtime.clock import META_KEY, clock_of
 from stylus.eventtime.control import decode as decode_control
@@ -48,8 +48,8 @@ class RaiseFailures:
 class EngineContext:
     """The `ctx` handed to the processor; its fields are repointed per record, not rebuilt."""
 
-    __slots__ = ("_default_topic", "_outputs", "_pending", "_sink", "_task", "_timer", "_timestamp", "engine",
-                 "event_time", "processor_name", "record", "state", "watermark")
+    __slots__ = ("_default_topic", "_direct", "_encode", "_outputs", "_pending", "_raw_key", "_sink", "_task",
+                 "_timer", "_timestamp", "engine", "event_time", "processor_name", "record", "state", "watermark")
 
     def __init__(self, engine: Engine, name: str, default_topic: str | None) -> None:
         self.engine = engine
@@ -67,6 +67,11 @@ class EngineContext:
         # While a record (or timer) runs, its emits wait here and reach the sink only if it succeeds:
         # a record that fails leaves no partial output behind (stylus/runtime/failures.py).
         self._pending: list[tuple[Any, ...]] | None = None
+        # While a record runs against a sink that offers it (KafkaSink.direct), emits are encoded at once and
+        # wait in `_pending` as `produce` arguments; `_encode` is the default output's encoder then, else None.
+        self._direct: DirectOutput | None = None
+        self._encode: Callable[[Any], bytes] | None = None
+        self._raw_key: bytes | None = None  # the current record's key as read: reused when emitted unchanged
 
     def emit(
         self,
@@ -76,6 +81,16 @@ class EngineContext:
         timestamp: int | None = None,
         headers: Mapping[str, Any] | None = None,
     ) -> None:
+        encode = self._encode
+        if encode is not None and topic is None and headers is None:  # the hot path: see `_direct`
+            record: Any = self.record
+            out: Any = self._pending  # a list whenever `_encode` is set
+            out.append((  # the positional arguments of `produce`: topic, value, key, -1, None, None, timestamp
+                self._default_topic, encode(value),
+                None if key is None else self._raw_key if key is record.key else _key_bytes(key),
+                -1, None, None, self._timestamp if timestamp is None else int(timestamp),
+            ))
+            return
         target = topic or self._default_topic
         if target is None:
             raise ValueError(f"processor `{self.processor_name}` has no outputs to emit to")
@@ -83,10 +98,15 @@ class EngineContext:
             raise ValueError(f"emitted to `{target}`, which is not among the processor's outputs")
         ts = self._timestamp if timestamp is None else int(timestamp)
         pending = self._pending
-        if pending is not None:
-            pending.append((self._sink, target, key, value, ts, headers))
-        else:
+        direct = self._direct
+        if pending is None:
             self._sink(target, key, value, ts, headers)
+        elif direct is not None:
+            encoded = direct.encoders[target](value)
+            pending.append((target, encoded, None if key is None else _key_bytes(key), -1, None, None, ts,
+                            direct.headers(headers) if headers else None))
+        else:
+            pending.append((self._sink, target, key, value, ts, headers))
 
     def set_timer(self, key: str, timestamp: int) -> None:
         task = self._task
@@ -147,7 +167,12 @@ class Engine:
         decode: Any = None
         undo: Any = None
         pending: list[tuple[Any, ...]] = []
-        held = pending if self.atomic else None  # where emits wait until the record has succeeded
+        atomic = self.atomic
+        held = pending if atomic else None  # where emits wait until the record has succeeded
+        sink: Any = None
+        direct: DirectOutput | None = None  # the current partition's sink offers the hot path
+        produce: Any = None
+        emitted = 0  # outputs produced through `direct` since it was chosen (its sink's counter)
         count = 0
         dedup = self.dedup
         if dedup is not None:  # one check per batch: repeats are dropped (offsets advanced) before the loop
@@ -157,85 +182,106 @@ class Engine:
         late_mark = NO_TIME
         sketch: Any = None
         clock: Any = None
-        for msg in msgs:
-            topic = msg.topic()
-            partition = msg.partition()
-            if partition != last_partition or topic != last_topic:
-                task = task_for(topic, partition)
-                decode = self.decoders[topic]
-                ctx.state = task.state
-                ctx._task = task
-                ctx._sink = task.sink or self.sink
-                undo = task.state.journal() if task.state is not None and self.atomic else None
-                last_topic, last_partition = topic, partition
-                clock = clock_of(task)
-                clock.last_active = now
-                task.at_eof = False
-                ctx.watermark = max(self.watermark, clock.floor)
-                late_mark = ctx.watermark if self.check_late else NO_TIME
-                if track_time and clock.sketch is None:
-                    clock.sketch = self.watermarks.new_sketch()
-                sketch = clock.sketch
-            offset = msg.offset()
-            raw_headers = msg.headers()
-            if raw_headers and is_control(raw_headers):  # an upstream watermark: never user input
-                report = decode_control(msg.value())
-                if report is not None:
-                    clock.report(*report)
-                self.control_records += 1
-                task.next_offset = offset + 1
-                continue
-            try:
-                raw = msg.value()
-                value = None if raw is None else decode(raw)
-            except Exception as exc:
-                failures(msg, exc, "decode", task)
-                task.next_offset = offset + 1
-                continue
-            timestamp = msg.timestamp()[1]
-            key = msg.key()
-            record = Record(
-                None if key is None else key.decode("utf-8", "surrogateescape"), value, timestamp, topic,
-                partition, offset, dict(raw_headers) if raw_headers else None,
-            )
-            if track_time:
-                if field is not None and type(value) is dict and type(event_time := value.get(field)) is int:
-                    pass  # the common case, without a call
-                else:
-                    event_time = _event_time(value, field, timestamp)
-                if event_time > task.max_event_time:
-                    task.max_event_time = event_time
-                    if sketch is not None:
-                        sketch.add_in_order()
-                elif sketch is not None:
-                    sketch.add(task.max_event_time - event_time)
-                ctx.event_time = event_time
-                if event_time < late_mark and self.late(msg, record.key, value, event_time, late_mark, ctx._sink):
+        try:
+            for msg in msgs:
+                topic = msg.topic()
+                partition = msg.partition()
+                if partition != last_partition or topic != last_topic:
+                    task = task_for(topic, partition)
+                    decode = self.decoders[topic]
+                    ctx.state = task.state
+                    ctx._task = task
+                    if (task.sink or self.sink) is not sink:
+                        sink = ctx._sink = task.sink or self.sink
+                        if emitted:
+                            direct.owner.emitted += emitted  # type: ignore[union-attr]
+                            emitted = 0
+                        offer = getattr(sink, "direct", None) if atomic else None
+                        direct = ctx._direct = offer() if offer is not None else None
+                        ctx._encode = direct.encoders[ctx._default_topic] if direct and ctx._default_topic else None
+                        produce = direct.produce if direct is not None else None
+                    undo = task.state.journal() if task.state is not None and atomic else None
+                    last_topic, last_partition = topic, partition
+                    clock = clock_of(task)
+                    clock.last_active = now
+                    task.at_eof = False
+                    ctx.watermark = max(self.watermark, clock.floor)
+                    late_mark = ctx.watermark if self.check_late else NO_TIME
+                    if track_time and clock.sketch is None:
+                        clock.sketch = self.watermarks.new_sketch()
+                    sketch = clock.sketch
+                offset = msg.offset()
+                raw_headers = msg.headers()
+                if raw_headers and is_control(raw_headers):  # an upstream watermark: never user input
+                    report = decode_control(msg.value())
+                    if report is not None:
+                        clock.report(*report)
+                    self.control_records += 1
                     task.next_offset = offset + 1
-                    count += 1
                     continue
-            ctx.record = record
-            ctx._timestamp = timestamp
-            if undo:
-                undo.clear()  # the journal covers exactly this record's writes
-            try:
-                process(record, ctx)
-                if pending:
-                    for sink, target, out_key, out_value, out_ts, out_headers in pending:  # in order
-                        sink(target, out_key, out_value, out_ts, out_headers)
-                    pending.clear()
-            except StopProcessing:
-                ctx._pending = None
-                _undo(task, pending)
-                raise
-            except Exception as exc:
-                ctx._pending = None
-                _undo(task, pending)  # a failing record leaves no state change and no output behind
-                failures(msg, exc, "process", task)
-                ctx._pending = held
-            task.next_offset = offset + 1
-            count += 1
-        ctx._pending = None  # emits outside a record (timers) go straight to the sink
+                try:
+                    raw = msg.value()
+                    value = None if raw is None else decode(raw)
+                except Exception as exc:
+                    failures(msg, exc, "decode", task)
+                    task.next_offset = offset + 1
+                    continue
+                timestamp = msg.timestamp()[1]
+                key = msg.key()
+                record = Record(
+                    None if key is None else key.decode("utf-8", "surrogateescape"), value, timestamp, topic,
+                    partition, offset, dict(raw_headers) if raw_headers else None,
+                )
+                if track_time:
+                    if field is not None and type(value) is dict and type(event_time := value.get(field)) is int:
+                        pass  # the common case, without a call
+                    else:
+                        event_time = _event_time(value, field, timestamp)
+                    if event_time > task.max_event_time:
+                        task.max_event_time = event_time
+                        if sketch is not None:
+                            sketch.add_in_order()
+                    elif sketch is not None:
+                        sketch.add(task.max_event_time - event_time)
+                    ctx.event_time = event_time
+                    if event_time < late_mark and self.late(msg, record.key, value, event_time, late_mark, ctx._sink):
+                        task.next_offset = offset + 1
+                        count += 1
+                        continue
+                ctx.record = record
+                ctx._raw_key = key
+                ctx._timestamp = timestamp
+                if undo:
+                    undo.clear()  # the journal covers exactly this record's writes
+                try:
+                    process(record, ctx)
+                    if pending:  # the record succeeded: its outputs go out, in order
+                        if produce is not None:
+                            for item in pending:
+                                try:
+                                    produce(*item)
+                                except BufferError:  # the producer's queue is full: wait for room
+                                    direct.retry(item)  # type: ignore[union-attr]
+                            emitted += len(pending)
+                        else:
+                            for out_sink, target, out_key, out_value, out_ts, out_headers in pending:
+                                out_sink(target, out_key, out_value, out_ts, out_headers)
+                        pending.clear()
+                except StopProcessing:
+                    _undo(task, pending)
+                    raise
+                except Exception as exc:
+                    encode, ctx._pending, ctx._encode = ctx._encode, None, None
+                    _undo(task, pending)  # a failing record leaves no state change and no output behind
+                    failures(msg, exc, "process", task)
+                    ctx._pending, ctx._encode = held, encode
+                task.next_offset = offset + 1
+                count += 1
+        finally:
+            ctx._pending = None  # emits outside a record (timers) go straight to the sink
+            ctx._direct = ctx._encode = None
+            if emitted:
+                direct.owner.emitted += emitted  # type: ignore[union-attr]
         if dedup is not None:
             count += dedup.batch_dropped  # dropped repeats are handled input too
         return count
@@ -314,6 +360,11 @@ def timer_message(task: PartitionTask, key: str, timestamp: int) -> RawMessage:
     """A failed timer as a message for the failure policy: offset -1, the timer as a JSON value."""
     value = orjson.dumps({"timer": key, "timestamp": timestamp})
     return RawMessage(task.topic, task.partition, -1, encode_key(key), value, timestamp, None)
+
+
+def _key_bytes(key: Any) -> bytes:
+    """An emitted key as KafkaSink encodes it."""
+    return key if type(key) is bytes else str(key).encode("utf-8", "surrogateescape")
 
 
 def _release(pending: list[tuple[Any, ...]]) -> None:

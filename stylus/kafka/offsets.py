@@ -14,23 +14,22 @@ from collections.abc import Iterable
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition
 
+from stylus.kafka.settings import connect
 
-def end_offsets(bootstrap: str, partitions: Iterable[tuple[str, int]], timeout: float = 10.0,
-                extra: dict[str, object] | None = None) -> dict[tuple[str, int], tuple[int, int]]:
+
+def end_offsets(bootstrap: str, partitions: Iterable[tuple[str, int]],
+                timeout: float = 10.0) -> dict[tuple[str, int], tuple[int, int]]:
     """(topic, partition) -> (low, high) with a correct high watermark."""
     wanted = list(partitions)
     if not wanted:
         return {}
-    config: dict[str, object] = {
-        "bootstrap.servers": bootstrap,
+    consumer = Consumer(connect(bootstrap, **{
         "group.id": f"stylus-offsets-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False,
         "enable.partition.eof": True,
         "fetch.wait.max.ms": 10,
         "isolation.level": "read_uncommitted",
-        **(extra or {}),
-    }
-    consumer = Consumer(config)
+    }))
     try:
         bounds: dict[tuple[str, int], tuple[int, int]] = {}
         assign = []
@@ -63,7 +62,7 @@ def end_offsets(bootstrap: str, partitions: Iterable[tuple[str, int]], timeout: 
 def topic_partitions(bootstrap: str, topics: Iterable[str], timeout: float = 10.0) -> list[tuple[str, int]]:
     from confluent_kafka.admin import AdminClient
 
-    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=timeout).topics
+    meta = AdminClient(connect(bootstrap)).list_topics(timeout=timeout).topics
     out: list[tuple[str, int]] = []
     for topic in topics:
         if topic in meta:

@@ -11,6 +11,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from stylus.core.message import RawMessage
 from stylus.eventtime.control import is_control
 from stylus.kafka.offsets import end_offsets, topic_partitions
+from stylus.kafka.settings import connect
 
 
 def read_range(
@@ -25,8 +26,7 @@ def read_range(
     todo = {tp: (start, end) for tp, (start, end) in ranges.items() if end > start}
     if not todo:
         return
-    consumer = Consumer({
-        "bootstrap.servers": bootstrap,
+    consumer = Consumer(connect(bootstrap, **{
         "group.id": f"stylus-reader-{uuid.uuid4().hex[:8]}",
         "enable.auto.commit": False,
         "enable.partition.eof": True,
@@ -34,7 +34,7 @@ def read_range(
         "fetch.wait.max.ms": 10,
         "fetch.queue.backoff.ms": 10,
         "queued.min.messages": 10000,
-    })
+    }))
     try:
         consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _) in todo.items()])
         remaining = {tp: end for tp, (_, end) in todo.items()}

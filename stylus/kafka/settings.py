@@ -24,6 +24,9 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "session.timeout.ms": 6000,
     "heartbeat.interval.ms": 1000,
     "partition.assignment.strategy": "cooperative-sticky",
+    # Low latency. The embedded broker answers a fetch empty when reading takes longer than this, which grows
+    # with the partition (~0.3 s at 600k records): for topics that big on it, set 500 (librdkafka's default)
+    # in the `kafka: {consumer: ...}` block, as bench/soak.py does (docs/faults.md)
     "fetch.wait.max.ms": 20,
     "fetch.queue.backoff.ms": 10,
     "queued.min.messages": 10000,
@@ -41,6 +44,14 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 }
 
 _ROLE_KEYS = ("consumer", "producer", "admin")
+
+#: Settings every client needs to reach a cluster at all, whatever it does there (SASL/SSL, DNS, proxies).
+_CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "ssl_", "client.dns.", "socket.", "broker.address.",
+                        "client.rack", "resolve.", "connections.")
+
+
+def _is_connection_key(name: str) -> bool:
+    return name.startswith(_CONNECTION_PREFIXES)
 
 
 def bootstrap_from(pipeline: Pipeline | None) -> str | None:
@@ -88,9 +99,42 @@ def client_config(
         config.update(_role(block, role))
     config.update(extra)
     config["bootstrap.servers"] = bootstrap
+    if pipeline is not None:
+        remember_connection(bootstrap, pipeline)
     config = {k: reveal(v) for k, v in config.items()}  # librdkafka gets the real text of Secret values
-    if role == "admin":
+    if role == "admin":  # the admin client takes only what reaching the cluster needs
         for key in list(config):
-            if key not in ("bootstrap.servers", "client.id") and not key.startswith(("security.", "sasl.", "ssl.")):
+            if key not in ("bootstrap.servers", "client.id") and not _is_connection_key(key):
                 config.pop(key)
     return config
+
+
+# --------------------------------------------------------------------------- reaching a cluster
+_connections: dict[str, dict[str, Any]] = {}
+
+
+def remember_connection(bootstrap: str, pipeline: Pipeline | None) -> None:
+    """Note how to reach `bootstrap` (the profile's and the pipeline's SASL/SSL settings), so the helper
+    clients that only get an address (topic readers, offset probes, the admin) connect the same way as the
+    processors. Called wherever a pipeline's bootstrap is resolved or a client config is built."""
+    settings: dict[str, Any] = {}
+    blocks: list[Mapping[str, Any]] = [profile_kafka()]
+    if pipeline is not None:
+        blocks.append(pipeline.kafka)
+    for block in blocks:
+        settings.update({k: v for k, v in _common(block).items() if _is_connection_key(k)})
+    if settings:
+        _connections[bootstrap] = settings
+
+
+def connect(bootstrap: str, **extra: Any) -> dict[str, Any]:
+    """A config for a helper client of the cluster at `bootstrap`: its connection settings, then `extra`."""
+    config = {k: reveal(v) for k, v in _connections.get(bootstrap, {}).items()}
+    config.update(extra)
+    config["bootstrap.servers"] = bootstrap
+    return config
+
+
+def forget_connections() -> None:
+    """Drop every remembered connection (tests that point several pipelines at one broker)."""
+    _connections.clear()

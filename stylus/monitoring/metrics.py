@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 from stylus.config.model import Pipeline
 from stylus.core.task import NO_TIME, PartitionTask
 from stylus.kafka.offsets import end_offsets
+from stylus.kafka.settings import connect
 from stylus.monitoring.lag import age_seconds, first_timestamps
 from stylus.runtime.stats import Timing
 from stylus.runtime.worker import Worker
@@ -55,10 +56,10 @@ class LagProbe:
         if key not in self._committed:
             consumer = self._consumers.get(processor)
             if consumer is None:
-                consumer = Consumer({"bootstrap.servers": self.bootstrap,
-                                     "group.id": self.pipeline.group_id(processor),
-                                     "client.id": f"stylus-metrics-{uuid.uuid4().hex[:6]}",
-                                     "enable.auto.commit": False})
+                consumer = Consumer(connect(self.bootstrap, **{
+                    "group.id": self.pipeline.group_id(processor),
+                    "client.id": f"stylus-metrics-{uuid.uuid4().hex[:6]}",
+                    "enable.auto.commit": False}))
                 self._consumers[processor] = consumer
             try:
                 [got] = consumer.committed([TopicPartition(*tp)], timeout=self.timeout)

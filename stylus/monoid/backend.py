@@ -10,6 +10,7 @@ from typing import Any
 
 from stylus.api import Processor
 from stylus.config.model import Pipeline
+from stylus.config.secrets import reveal
 from stylus.monoid.pg import Db, MonoidTable, default_table
 from stylus.monoid.processor import MonoidProcessor
 from stylus.monoid.state import DeltaState
@@ -77,7 +78,7 @@ class PostgresBackend:
     def __init__(self, pipeline: Pipeline, name: str, processor: MonoidProcessor) -> None:
         spec = pipeline.processors[name]
         assert spec.state.dsn is not None  # the config model requires it for `postgres`
-        self.dsn = spec.state.dsn
+        self.dsn = reveal(spec.state.dsn)  # libpq gets the real text; the model holds it as a Secret
         self.group = pipeline.group_id(name)
         self.table_name = spec.state.table or default_table(pipeline.pipeline, name)
         self.processor = processor

@@ -7,17 +7,24 @@ Each ordering is data (a tuple of steps), so a test can build a wrong one and wa
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from stylus.core.task import PartitionTask
 
+if TYPE_CHECKING:
+    from stylus.runtime.transactions import TxnSnapshot
+
 log = logging.getLogger(__name__)
+
+COMMIT_TIMEOUT = 60.0  # the longest an overlapped checkpoint waits for its offsets commit to be answered
 
 #: Commit errors that mean "the group is rebalancing", not "the broker lost the offsets".
 _REBALANCING = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS,
@@ -64,6 +71,18 @@ ORDERINGS: dict[tuple[str | None, str], Ordering] = {
 }
 
 
+def _outcome(future: Future[float]) -> tuple[float, BaseException | None]:
+    exc = future.exception()
+    return (0.0, exc) if exc is not None else (future.result(), None)
+
+
+def _outcome_of(call: Callable[[TxnSnapshot], float], snap: TxnSnapshot) -> tuple[float, BaseException | None]:
+    try:
+        return call(snap), None
+    except Exception as exc:
+        return 0.0, exc
+
+
 def ordering_for(state: str | None, output: str) -> Ordering:
     return ORDERINGS[(state, output)]
 
@@ -99,6 +118,10 @@ class PendingCheckpoint:
         self.offsets = {task.key: task.next_offset for task in tasks}
         self.watermark = worker.engine.watermark  # what the output saved by this checkpoint covers
         self.fenced: list[tuple[PartitionTask, Exception]] = []
+        self.aborted: list[tuple[PartitionTask, Exception]] = []  # transactions that failed: replay them
+        self._faults_lock = threading.Lock()
+        self._gate: threading.Event | None = None  # set once an overlapped prefix's commit is settled
+        self._gate_error: BaseException | None = None
         self.started = time.monotonic()
         self.held = worker.sink.take_held()  # at-most-once output this checkpoint releases
         self.writes: dict[Step, list[Callable[[], None]]] = {}
@@ -122,6 +145,7 @@ class PendingCheckpoint:
             [snap for task in tasks if (snap := worker.txns[task.key].snapshot()) is not None]
             if Step.TRANSACTION in self.steps else []
         )
+        self._commit_keys = {(tp.topic, tp.partition, tp.offset) for tp in self.commits}
         # taken here, on the worker thread: another thread's consumer calls wait behind `consume()`
         self.group_metadata = worker.consumer.consumer_group_metadata() if self.txn_snapshots else None
 
@@ -131,12 +155,73 @@ class PendingCheckpoint:
         self.run_background()
         self.run_suffix()
 
-    def run_prefix(self) -> None:
-        """Leading offset steps: on the worker thread, before any background work."""
-        self._run(self.prefix)
+    def run_prefix(self, *, overlapped: bool = False) -> None:
+        """Leading offset steps: on the worker thread, before any background work. Overlapped, their
+        consumer commit is only sent here (asynchronously): the background waits for its result
+        (`committed`, from the worker's consume loop) before the steps that must follow it, so the
+        worker does not sit out the round trip. Whenever the worker itself must wait for the background,
+        it first commits the same offsets synchronously (`commit_here`): a rebalance callback would
+        otherwise keep the answer from ever arriving."""
+        if not overlapped or not self.prefix or not self.middle:
+            self._run(self.prefix)
+            return
+        for step in self.prefix:
+            for write in self.writes[step]:
+                write()
+        self._gate = threading.Event()
+        if not self.commits:
+            self._gate.set()
+            return
+        try:
+            self.worker.consumer.commit(offsets=self.commits, asynchronous=True)
+        except KafkaException as exc:  # not even sent: decide now, as a synchronous commit would
+            self._gate.set()
+            self._commit_failed(exc)
+
+    def committed(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """The consumer's answer to a commit (on the worker thread): ours if it names our offsets."""
+        gate = self._gate
+        if gate is None or gate.is_set():
+            return
+        if {(tp.topic, tp.partition, tp.offset) for tp in partitions} != self._commit_keys:
+            return
+        error = err if err is not None else next((tp.error for tp in partitions if tp.error is not None), None)
+        self._gate_error = KafkaException(error) if error is not None else None
+        gate.set()
+
+    def commit_here(self) -> None:
+        """On the worker thread, before it waits for the background: settle the prefix commit now."""
+        gate = self._gate
+        if gate is None or gate.is_set():
+            return
+        try:
+            self._commit_kafka()
+        except BaseException as exc:
+            self._gate_error = exc
+            raise
+        finally:
+            gate.set()
+
+    def abandon(self) -> None:
+        """The worker gives up on this checkpoint (it is failing): the background stops waiting."""
+        gate = self._gate
+        if gate is not None and not gate.is_set():
+            self._gate_error = RuntimeError("checkpoint abandoned before its offsets commit was confirmed")
+            gate.set()
 
     def run_background(self) -> None:
         """The middle steps: only producer and RocksDB I/O on the snapshot, safe on another thread."""
+        gate = self._gate
+        if gate is not None:  # an overlapped prefix: its commit must have landed before anything follows
+            if not gate.wait(COMMIT_TIMEOUT):
+                raise RuntimeError(f"offsets commit unanswered after {COMMIT_TIMEOUT:.0f}s")
+            error = self._gate_error
+            if isinstance(error, KafkaException):
+                self._commit_failed(error)
+            elif error is not None:
+                raise error
+            for step in self.prefix:
+                self.worker.faults.passed(step.value)
         self._run(self.middle)
 
     def run_suffix(self) -> None:
@@ -157,48 +242,78 @@ class PendingCheckpoint:
                     self._commit_kafka()
             self.worker.faults.passed(step.value)
 
+    def _commit_one(self, snap: TxnSnapshot) -> float:
+        """T1-T3 of one partition; returns how long its commit took."""
+        snap.txn.stage_and_send_offsets(snap, self.group_metadata)
+        self._passed("txn.stage")
+        started = time.monotonic()
+        snap.txn.commit()
+        took = time.monotonic() - started
+        self._passed("txn.commit")
+        return took
+
+    def _passed(self, point: str) -> None:
+        """Fault points reached from the partitions' threads: counted one at a time."""
+        with self._faults_lock:
+            self.worker.faults.passed(point)
+
     def _commit_kafka(self) -> None:
         if not self.commits:
             return
         try:
             self.worker.consumer.commit(offsets=self.commits, asynchronous=False)
         except KafkaException as exc:
-            code = exc.args[0].code()
-            if code == KafkaError._NO_OFFSET:
-                return
-            # A rebalance started between the state write and this commit (docs/faults.md). The offsets are
-            # already in RocksDB; the Kafka commit only lags, so a new owner replays a little: harmless for
-            # at-least-once output. Held (at-most-once) output must not go out on a failed commit: raise.
-            if code in _REBALANCING and not self.held and not self.worker.ordering.holds_output:
-                log.warning(
-                    "%s: offset commit skipped, the group is rebalancing (%s); the next owner may replay "
-                    "records since the previous commit", self.worker.name, exc.args[0].str())
-                return
-            raise
+            self._commit_failed(exc)
+
+    def _commit_failed(self, exc: KafkaException) -> None:
+        """Decide about a failed offsets commit: harmless (return) or fatal (raise)."""
+        code = exc.args[0].code()
+        if code == KafkaError._NO_OFFSET:
+            return
+        # A rebalance started between the state write and this commit (docs/faults.md). The offsets are
+        # already in RocksDB; the Kafka commit only lags, so a new owner replays a little: harmless for
+        # at-least-once output. Held (at-most-once) output must not go out on a failed commit: raise.
+        if code in _REBALANCING and not self.held and not self.worker.ordering.holds_output:
+            log.warning(
+                "%s: offset commit skipped, the group is rebalancing (%s); the next owner may replay "
+                "records since the previous commit", self.worker.name, exc.args[0].str())
+            return
+        raise exc
 
     def _transactions(self) -> None:
-        """T1-T5 of stylus/runtime/transactions.py for every partition with progress."""
-        from stylus.runtime.transactions import Fenced, output_marks
+        """T1-T5 of stylus/runtime/transactions.py for every partition with progress. T1-T3 of the
+        partitions run at the same time, one thread each: every partition has its own producer, and a
+        commit is broker round trips (flush, EndTxn) whose waits would otherwise add up while the
+        worker holds its output."""
+        from stylus.runtime.transactions import Aborted, Fenced, output_marks
 
-        faults = self.worker.faults
+        snaps = self.txn_snapshots
+        if len(snaps) > 1:
+            with ThreadPoolExecutor(max_workers=len(snaps), thread_name_prefix="stylus-txn") as pool:
+                futures = [pool.submit(self._commit_one, snap) for snap in snaps]
+                outcomes = [_outcome(future) for future in futures]
+        else:
+            outcomes = [_outcome_of(self._commit_one, snap) for snap in snaps]
         committed = []
-        for snap in self.txn_snapshots:
-            try:
-                snap.txn.stage_and_send_offsets(snap, self.group_metadata)
-                faults.passed("txn.stage")
-                started = time.monotonic()
-                snap.txn.commit()
-                self.worker.stats.commit.observe(time.monotonic() - started)
-                faults.passed("txn.commit")
-                committed.append(snap)
-            except Fenced as exc:
+        error: BaseException | None = None
+        for snap, (took, exc) in zip(snaps, outcomes, strict=True):
+            if isinstance(exc, Fenced):
                 self.fenced.append((snap.txn.task, exc))
+            elif isinstance(exc, Aborted):
+                self.aborted.append((snap.txn.task, exc))
+            elif exc is not None:
+                error = error or exc
+            else:
+                self.worker.stats.commit.observe(took)
+                committed.append(snap)
+        if error is not None:  # after every partition's commit has finished: none is left running
+            raise error
         if committed:
             marks = output_marks(self.worker.marks_client, self.worker.pipeline, self.worker.spec.outputs)
             for snap in committed:
                 snap.txn.apply(snap, marks)
-                faults.passed("txn.apply")
+                self.worker.faults.passed("txn.apply")
         for task in self.tasks:
             txn = self.worker.txns.get(task.key)
-            if txn is not None and all(task is not t for t, _ in self.fenced):
+            if txn is not None and all(task is not t for t, _ in self.fenced + self.aborted):
                 txn.begin()

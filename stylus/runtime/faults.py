@@ -1,28 +1,49 @@
-"""Fault injection for crash tests: SIGKILL this process right after a named checkpoint point.
+"""Fault injection for crash and fault tests, at the named points of a checkpoint.
 
-`STYLUS_FAULT_KILL_AFTER=offsets:3` kills the process the 3rd time the `offsets` step finishes.
-Points are the step names of stylus/runtime/checkpoint.py plus the transaction's inner points
-`txn.stage`, `txn.commit`, `txn.apply`. Unset (the normal case), it costs one attribute check per step.
+`STYLUS_FAULT_KILL_AFTER=offsets:3` SIGKILLs the process the 3rd time the `offsets` step finishes.
+`STYLUS_FAULT_PAUSE_AFTER=state:2:8` stalls the thread running the checkpoint for 8 s the 2nd time the
+`state` step finishes (once), so a test can start a rebalance, stall the broker or let a transaction time
+out in the middle of a checkpoint. Points are the step names of stylus/runtime/checkpoint.py plus the
+transaction's inner points `txn.stage`, `txn.commit`, `txn.apply`. Unset (the normal case), each costs one
+attribute check per step.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
+import time
 
 ENV = "STYLUS_FAULT_KILL_AFTER"
+PAUSE_ENV = "STYLUS_FAULT_PAUSE_AFTER"
+
+log = logging.getLogger(__name__)
 
 
 class FaultInjector:
-    def __init__(self, spec: str | None = None) -> None:
+    def __init__(self, spec: str | None = None, pause: str | None = None) -> None:
         spec = os.environ.get(ENV) if spec is None else spec
+        pause = os.environ.get(PAUSE_ENV) if pause is None else pause
         self.point: str | None = None
         self.remaining = 0
         if spec:
             point, _, count = spec.rpartition(":")
             self.point, self.remaining = point, int(count)
+        self.pause_point: str | None = None
+        self.pause_remaining = 0
+        self.pause_seconds = 0.0
+        if pause:
+            point, count, seconds = pause.rsplit(":", 2)
+            self.pause_point, self.pause_remaining, self.pause_seconds = point, int(count), float(seconds)
 
     def passed(self, point: str) -> None:
+        if point == self.pause_point:
+            self.pause_remaining -= 1
+            if self.pause_remaining == 0:
+                log.warning("fault injected: pausing %.1fs after %s", self.pause_seconds, point)
+                time.sleep(self.pause_seconds)
+                log.warning("fault injected: pause after %s over", point)
         if self.point is None or point != self.point:
             return
         self.remaining -= 1

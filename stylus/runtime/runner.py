@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from stylus.config.model import Pipeline
 from stylus.kafka.admin import create_topics, pipeline_topics
 from stylus.kafka.broker import EmbeddedBroker
-from stylus.kafka.settings import bootstrap_from
+from stylus.kafka.settings import bootstrap_from, remember_connection
 from stylus.runtime.worker import Worker, WorkerFailed
 
 log = logging.getLogger(__name__)
@@ -27,6 +27,7 @@ def resolved_bootstrap(pipeline: Pipeline | None, announce: bool = True) -> Iter
     """The configured bootstrap servers, or an embedded broker started for the duration."""
     configured = bootstrap_from(pipeline)
     if configured:
+        remember_connection(configured, pipeline)
         yield configured
         return
     with EmbeddedBroker() as broker:

@@ -68,6 +68,7 @@ class Worker:
         self.tasks: dict[tuple[str, int], PartitionTask] = {}
         self.txns: dict[tuple[str, int], TransactionalPartition] = {}  # exactly-once output only
         self.faults = FaultInjector()
+        self._rejoin = False  # a transaction failed: rejoin the group after this batch (see `_fenced`)
         self.checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stylus-{name}-checkpoint")
         self.inflight: tuple[PendingCheckpoint, Future[None]] | None = None
         self.marks_client = marks_client(bootstrap, pipeline, name) if self.ordering.transactional else None
@@ -108,16 +109,14 @@ class Worker:
                 "consumer", bootstrap, pipeline, name,
                 **{"group.id": self.group_id, "client.id": f"{self.group_id}-{instance}"},
             )
-            | {"error_cb": self._on_client_error}
+            | {"error_cb": self._on_client_error, "on_commit": self._on_commit}
         )
 
     # ---------------------------------------------------------------- lifecycle
     def run(self) -> None:
         """Consume until stopped or idle, then take a final checkpoint. Raises WorkerFailed on error."""
         self.engine.start()
-        self.consumer.subscribe(
-            list(self.spec.inputs), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
-        )
+        self._subscribe()
         interval = self.spec.checkpoint.interval
         next_checkpoint = time.monotonic() + interval
         error: BaseException | None = None
@@ -126,7 +125,12 @@ class Worker:
                 msgs = self.consumer.consume(num_messages=self.spec.batch_size, timeout=0.1)
                 if msgs:
                     self._handle(msgs)
+                if self._rejoin:
+                    self._rejoin_group()
                 self.producer.poll(0)
+                if self.txns and self.inflight is None:  # exactly-once: serve their delivery reports too
+                    for txn in self.txns.values():
+                        txn.poll()
                 if self.engine.track_time and self.tasks:
                     self.event_time.tick(self.tasks.values())
                 now = time.monotonic()
@@ -198,6 +202,7 @@ class Worker:
     def _close(self, *, checkpoint: bool) -> None:
         try:
             if not checkpoint and self.inflight is not None:
+                self.inflight[0].abandon()
                 self.inflight[1].exception()  # let the I/O finish; its outcome no longer matters
                 self.inflight = None
             if checkpoint:
@@ -239,7 +244,7 @@ class Worker:
         pending = self._begin_checkpoint()
         if pending is None:
             return
-        pending.run_prefix()
+        pending.run_prefix(overlapped=True)  # its consumer commit is only sent: see PendingCheckpoint
         if not pending.middle:
             pending.run_suffix()
             self._complete(pending)
@@ -255,6 +260,12 @@ class Worker:
         if not block and not future.done():
             return
         self.inflight = None
+        if not future.done():  # its commit's answer comes through consume(): commit here before waiting
+            try:
+                pending.commit_here()
+            except Exception:
+                future.exception()  # the background stops on the same error: let it finish first
+                raise
         future.result()  # a failed checkpoint fails the worker, as it would inline
         pending.run_suffix()
         self._complete(pending)
@@ -263,6 +274,8 @@ class Worker:
         """Back on the worker thread once the steps are done."""
         for task, exc in pending.fenced:
             self._fenced(task, exc)
+        for task, exc in pending.aborted:
+            self._aborted(task, exc)
         for task in pending.tasks:
             task.committed_offset = pending.offsets[task.key]
             if isinstance(task.state, StateMap):
@@ -279,14 +292,47 @@ class Worker:
     def _sinks(self) -> list[KafkaSink]:
         return [self.sink, *(txn.sink for txn in self.txns.values())]
 
-    def _fenced(self, task: PartitionTask, exc: Exception) -> None:
-        """A newer instance owns the partition: forget our uncommitted work and let go of it."""
-        log.error("%s: %s; giving up %s[%d]", self.name, exc, task.topic, task.partition)
+    def _forget(self, task: PartitionTask) -> None:
+        """Drop a partition's uncommitted state, its staged checkpoint and its store."""
         if task.state is not None:
             task.state.discard_changes()
         if task.store is not None:
             task.store.discard_staged()
         self._drop([task])
+
+    def _subscribe(self) -> None:
+        self.consumer.subscribe(
+            list(self.spec.inputs), on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+
+    def _rejoin_group(self) -> None:
+        """Leave the group and join again (after a failed transaction, see `_aborted`)."""
+        self._rejoin = False
+        log.warning("%s: rejoining the consumer group", self.name)
+        self.consumer.unsubscribe()
+        self._subscribe()
+
+    def _aborted(self, task: PartitionTask, exc: Exception) -> None:
+        """The partition's transaction failed but nobody else owns it: forget its uncommitted work, then
+        rejoin the group (after this batch), so the partition comes back through the group protocol (here
+        or elsewhere) and is fenced, settled and replayed from its last commit like any new assignment.
+        Reopening it in place could fence a rightful new owner if this instance were a zombie whose group
+        membership had already lapsed."""
+        log.warning("%s: %s; replaying %s[%d] from its last commit", self.name, exc, task.topic, task.partition)
+        txn = self.txns.get(task.key)
+        if txn is not None:
+            txn.abandon()
+        self._forget(task)
+        self._rejoin = True  # leaving the group unassigns the partition
+
+    def _fenced(self, task: PartitionTask, exc: Exception) -> None:
+        """A newer instance owns the partition: forget our uncommitted work and let go of it."""
+        log.error("%s: %s; giving up %s[%d]", self.name, exc, task.topic, task.partition)
+        self._forget(task)
+        # only what is still assigned can be unassigned (for a partition already revoked the client raised
+        # an error no `except` caught, in the dropped-connections test)
+        if (task.topic, task.partition) not in {(tp.topic, tp.partition) for tp in self.consumer.assignment()}:
+            return
         try:
             tp = [TopicPartition(task.topic, task.partition)]
             self.consumer.incremental_unassign(tp) if self._cooperative else self.consumer.unassign()
@@ -342,6 +388,8 @@ class Worker:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
+        if partitions:
+            log.info("%s: revoking %s", self.name, ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))
         self._await_inflight()  # it may cover these partitions: let it land first
         revoked = [self.tasks[k] for k in ((tp.topic, tp.partition) for tp in partitions) if k in self.tasks]
         try:
@@ -377,6 +425,11 @@ class Worker:
             if task.store is not None:
                 task.store.close()
             self.tasks.pop(task.key, None)
+
+    def _on_commit(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """An asynchronous offsets commit answered (served by consume() on this thread)."""
+        if self.inflight is not None:
+            self.inflight[0].committed(err, partitions)
 
     def _on_client_error(self, err: KafkaError) -> None:
         log.warning("%s: kafka: %s", self.name, err)

@@ -6,7 +6,9 @@ same final state and timers per input partition.
 Why the outputs do not depend on batch boundaries here: the Scorer and Ranker take their watermark
 from upstream control records (docs/event-time.md section 2), which the backfill reads in the same
 offset order as the stream; a control record follows the data it covers, so no record is ever behind
-it (nothing is late, no closed bucket is reopened), and the last mark, the one that decides which
+it (nothing is late, no closed bucket is reopened; under load this once failed when an at-least-once
+stage published a mark while an overlapped checkpoint still held the data it covered, see
+stylus/eventtime/driver.py), and the last mark, the one that decides which
 Ranker buckets are still open, is the same. The generated span (about 3 minutes of event time) stays
 below the Scorer's `ttl` (10m): a key returning right after its TTL timer is the one case where the
 Scorer's output depends on where a batch ends (docs/backfill.md)."""
@@ -75,6 +77,7 @@ def test_each_trending_processor_backfills_to_what_the_stream_did(
     events = pipeline.processors["filterer"].inputs[0]
     produce_events(bootstrap, events, RECORDS, GeneratorConfig(seed=11, rate=RATE))
     done = run_stylus("run", str(path), "--exit-when-idle", "1", bootstrap=bootstrap, timeout=240)
+    (tmp_path / "stream.log").write_text(done.stderr)  # the workers' log, for a failure's post-mortem
     assert done.returncode == 0, done.stderr
 
     for name in ("filterer", "joiner", "scorer", "ranker"):

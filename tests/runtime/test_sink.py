@@ -4,12 +4,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+import orjson
 import pytest
 from confluent_kafka import Producer
 
+from stylus import Context, Processor, Record
 from stylus.config import parse_pipeline
+from stylus.core import Engine, PartitionTask, RawMessage
 from stylus.runtime.sink import KafkaSink, clean_headers
+from stylus.state.kv import MemoryKV
+from stylus.state.store import PartitionStore
 from tests.support.kafka import read_raw
 
 BAD = "bad\udcff"  # a lone surrogate: not encodable as UTF-8
@@ -35,3 +41,47 @@ def test_emitted_bad_header_fails_the_record_and_dead_letters_are_repaired(
     sink.flush(10)
     [msg] = read_raw(bootstrap, topic)
     assert msg.value() == b"raw" and msg.headers() == [("bad\\udcff", b"x"), ("ok", None)]
+
+
+class EmitThenFail(Processor):
+    """Counts per key and emits twice per record (the engine's direct path and its general case), then
+    fails the records marked `fail`; a record marked `unencodable` emits a value JSON cannot take."""
+
+    def process(self, record: Record, ctx: Context) -> None:
+        ctx.state[record.key] = (ctx.state.get(record.key) or 0) + 1
+        ctx.emit({"n": record.value["n"]}, key=record.key)
+        if record.value.get("unencodable"):
+            ctx.emit({"o": object()})
+        ctx.emit({"n": record.value["n"], "again": True}, key="other", timestamp=5, headers={"h": b"1"})
+        if record.value.get("fail"):
+            raise ValueError("bad record")
+
+
+def test_direct_output_is_atomic_ordered_and_counted(bootstrap: str, topic_factory: Callable[..., str]) -> None:
+    """The engine's hot path past `KafkaSink.__call__` (encode in emit, produce positionally once the
+    record succeeded) leaves exactly what the sink itself would, and nothing of a failing record."""
+    topic = topic_factory("direct")
+    pipeline = parse_pipeline(f"pipeline: s\ntopics: {{src: {{}}, {topic}: {{}}}}\nprocessors:\n"
+                              f"  p: {{class: 'a.b:C', inputs: [src], outputs: [{topic}], "
+                              f"semantics: {{state: exactly_once, output: at_least_once}}}}\n")
+    sink = KafkaSink(Producer({"bootstrap.servers": bootstrap}), pipeline, (topic,), hold=False)
+    failed: list[int] = []
+    engine = Engine(EmitThenFail(), "p", pipeline.processors["p"], pipeline, sink,
+                    lambda msg, exc, stage, task: failed.append(msg.offset()))
+    task = PartitionTask("src", 0, PartitionStore(MemoryKV()))
+    values: list[dict[str, Any]] = [{"n": 0}, {"n": 1, "fail": True}, {"n": 2}, {"n": 3, "unencodable": True},
+                                    {"n": 4}]
+    msgs = [RawMessage("src", 0, i, b"k", orjson.dumps(v), 1000 + i) for i, v in enumerate(values)]
+    assert engine.process_messages(msgs, lambda t, p: task) == 5
+    assert failed == [1, 3] and sink.emitted == 6
+    assert task.state is not None and task.state["k"] == 3  # the failing records' writes were undone
+    sink.paused = True  # a checkpoint in flight: the engine takes the sink's own (holding) path
+    engine.process_messages([RawMessage("src", 0, 5, b"k", orjson.dumps({"n": 5}), 1005)], lambda t, p: task)
+    assert sink.held_count == 2 and sink.emitted == 8
+    sink.resume()
+    sink.flush(10)
+    out = [(m.key(), orjson.loads(m.value()), m.timestamp()[1], m.headers()) for m in read_raw(bootstrap, topic)]
+    expected = []
+    for n in (0, 2, 4, 5):
+        expected += [(b"k", {"n": n}, 1000 + n, None), (b"other", {"n": n, "again": True}, 5, [("h", b"1")])]
+    assert out == expected

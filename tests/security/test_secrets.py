@@ -132,3 +132,30 @@ processors: {x: {class: "tests.apps.counting:Passthrough", inputs: [a]}}
     assert result.returncode != 0
     assert "quoted-Secret-77" not in result.stdout + result.stderr
     assert f'Invalid value "{MASK}" for configuration property "compression.codec"' in result.stderr
+
+
+@pytest.mark.parametrize("dsn, password", [
+    ("postgresql://stylus:dsn-Pw-3c9e71@127.0.0.1:1/nodb", "dsn-Pw-3c9e71"),
+    ("host=127.0.0.1 port=1 dbname=nodb password='dsn Kw-8a1f04' user=stylus", "dsn Kw-8a1f04"),
+])
+def test_a_database_password_is_a_secret_too(bootstrap: str, tmp_path: Path, dsn: str, password: str) -> None:
+    """The remote monoid state's connection string may carry a password: held, never shown, and the
+    real text still reaches libpq (here: a refused connection, with the password nowhere in the error)."""
+    path = tmp_path / "pg.yaml"
+    path.write_text(f"""
+pipeline: pg
+topics: {{a: {{}}, b: {{}}}}
+processors:
+  x: {{class: "tests.apps.monoids:ValueSum", inputs: [a], outputs: [b],
+       state: {{backend: postgres, dsn: "{dsn}"}}}}
+""")
+    pipeline = parse_pipeline(path.read_text())
+    held = pipeline.processors["x"].state.dsn
+    assert isinstance(held, Secret) and reveal(held) == dsn
+    assert password not in repr(pipeline) and password not in str(pipeline.processors["x"].state)
+    done = run_stylus("validate", str(path))
+    assert done.returncode == 0, done.stderr
+    assert password not in done.stdout + done.stderr
+    done = run_stylus("-v", "run", str(path), "--exit-when-idle", "1", bootstrap=bootstrap, timeout=90)
+    assert done.returncode != 0
+    assert "connection" in done.stderr.lower() and password not in done.stdout + done.stderr

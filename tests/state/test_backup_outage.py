@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,8 @@ from stylus.runtime.runner import PipelineRunner
 from stylus.runtime.worker import Worker
 from stylus.state.backup import BackupManager
 from tests.state.helpers import wait_for
-from tests.support.kafka import produce
+from tests.support.kafka import produce, read_json
+from tests.support.state import summed_state
 from tests.webhdfs_server import WebHdfsServer
 
 PARTS = 2
@@ -74,3 +76,12 @@ def test_processing_continues_while_the_target_is_down(pipeline_factory: Any, bo
         runner.stop.set()
         thread.join(30)
     assert not thread.is_alive()
+    assert not runner.errors, runner.errors
+    # nothing lost: every record counted once in the state (exactly-once), every count in the output
+    truth = Counter(f"k{i % 50}" for i in range(sent))
+    spec = pipeline.processors["counter"]
+    assert summed_state(Path(spec.state.dir), pipeline.pipeline, "counter", words, PARTS) == truth
+    final: dict[str, int] = {}
+    for count in read_json(bootstrap, spec.outputs[0]):
+        final[count["word"]] = max(final.get(count["word"], 0), count["count"])
+    assert final == dict(truth)

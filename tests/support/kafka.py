@@ -36,8 +36,9 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple[str | None, Any]
     return count
 
 
-def read_json(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[dict[str, Any]]:
-    return [json.loads(m.value()) for m in read_topic(bootstrap, topic, isolation=isolation)
+def read_json(bootstrap: str, topic: str, isolation: str = "read_committed",
+              timeout: float = 30.0) -> list[dict[str, Any]]:
+    return [json.loads(m.value()) for m in read_topic(bootstrap, topic, isolation=isolation, timeout=timeout)
             if m.value() is not None]
 
 

@@ -45,8 +45,10 @@ class PartitionTask:
 
     @property
     def has_progress(self) -> bool:
-        dirty = self.state is not None and self.state.dirty
-        return dirty or self.next_offset != self.committed_offset
+        """Input consumed, state or timers changed (a timer firing with no new input), or outputs re-emitted
+        into its transaction by a recovery, since the last checkpoint."""
+        return (self.next_offset != self.committed_offset or (self.store is not None and self.store.dirty)
+                or bool(getattr(self.sink, "journal", None)))
 
     def __repr__(self) -> str:
         return f"PartitionTask({self.topic}[{self.partition}] next={self.next_offset})"

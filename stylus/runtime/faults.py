@@ -4,7 +4,8 @@
 `STYLUS_FAULT_PAUSE_AFTER=state:2:8` stalls the thread running the checkpoint for 8 s the 2nd time the
 `state` step finishes (once), so a test can start a rebalance, stall the broker or let a transaction time
 out in the middle of a checkpoint. Points are the step names of stylus/runtime/checkpoint.py plus the
-transaction's inner points `txn.stage`, `txn.commit`, `txn.apply`. Unset (the normal case), each costs one
+transaction's inner points `txn.stage`, `txn.commit`, `txn.apply`, and `txn.stage.no-input` (a
+transaction of timers only, which consumed no input). Unset (the normal case), each costs one
 attribute check per step.
 """
 

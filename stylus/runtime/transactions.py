@@ -65,6 +65,8 @@ class Aborted(RuntimeError):
 #: How long a transactional call may take before the producer is given up for a fresh one. Healthy calls
 #: take milliseconds; `send_offsets_to_transaction` can hang forever in librdkafka (stylus/runtime/bounded.py).
 CALL_DEADLINE = TXN_TIMEOUT + 5.0  # librdkafka returns by TXN_TIMEOUT itself unless it hangs
+#: How many times a transactional call that failed with a retriable error is made in all.
+CALL_ATTEMPTS = 3
 
 
 class TransactionalSink(KafkaSink):
@@ -77,6 +79,9 @@ class TransactionalSink(KafkaSink):
         self.prefix = prefix
         self.skip: set[bytes] = set()  # ids (header bytes) of outputs an abandoned transaction already showed
         self.skipped = 0
+        # outputs produced outside the record hot path (timers, held output) since the last snapshot: kept in
+        # case this checkpoint makes no input progress and must be staged with its outputs (TxnSnapshot)
+        self.journal: list[tuple[str, bytes | None, bytes | None, int, list[tuple[str, Any]]]] = []
         self._record_id = prefix.encode().replace(b"%", b"%%") + b"%d:%d"  # one bytes % per record output
         self._origin: Any = None
         self._index = 0
@@ -121,6 +126,7 @@ class TransactionalSink(KafkaSink):
         if headers:
             stamped.extend(clean_headers(headers, repair=True))
         self.emitted += 1
+        self.journal.append((topic, value, key, timestamp, stamped))
         if self.paused:  # a checkpoint (this transaction's commit) is in flight: wait for the next one
             self.held.append((topic, value, key, timestamp, stamped))
             return
@@ -148,6 +154,25 @@ class TransactionalSink(KafkaSink):
             self._produce(topic, value, key, timestamp, stamped)
 
 
+    def take_journal(self) -> list[tuple[str, bytes | None, bytes | None, int, list[tuple[str, Any]]]]:
+        journal, self.journal = self.journal, []
+        return journal
+
+    def reemit(self, outputs: list[Any]) -> int:
+        """Recovery: produce the outputs of a rolled-forward checkpoint that are not visible yet (already
+        stamped with their ids), into the open transaction. Returns how many were produced."""
+        produced = 0
+        for topic, value, key, timestamp, stamped in outputs:
+            out_id = next((v for name, v in stamped if name == ID_HEADER), None)
+            if out_id is not None and out_id in self.skip:
+                self.skip.discard(out_id)  # visible already; no timer will make it again
+                continue
+            self.journal.append((topic, value, key, timestamp, stamped))
+            self._produce(topic, value, key, timestamp, stamped)
+            produced += 1
+        return produced
+
+
 def _repaired_headers(headers: Any) -> list[tuple[str, Any]]:
     """A processor's headers on exactly-once output, as `send` has always treated them."""
     return clean_headers(headers, repair=True)
@@ -158,6 +183,9 @@ class TxnSnapshot:
     txn: TransactionalPartition
     offset: int
     changes: dict[bytes, bytes | None]
+    #: the transaction's outputs when it consumed no input (timers only): the committed offset cannot tell
+    #: whether it won, so it is staged with its outputs and recovery rolls it forward (docs/semantics.md)
+    outputs: list[Any] | None = None
 
 
 class TransactionalPartition:
@@ -185,6 +213,7 @@ class TransactionalPartition:
         self.outputs = spec.outputs
         self.open = False
         self.stuck = False  # a call of ours hangs inside librdkafka: never touch the producer again
+        self.fenced = False  # a newer producer owns the transactional id: nothing of ours can commit or abort
 
     # ------------------------------------------------------------------ recovery
     def fence(self) -> None:
@@ -213,6 +242,7 @@ class TransactionalPartition:
                             "their effect on the state is missing", self.processor, tp.topic, tp.partition,
                             local, committed)
         self.sink.skip = self._visible_ids(store)
+        pending = store.pending_outputs() if store is not None else []
         if store is not None and not store.meta(MARKS_META):
             # the first transaction of this partition: remember where its output can start, so that if it is
             # abandoned, the next owner knows where to look for its already-visible records
@@ -223,14 +253,22 @@ class TransactionalPartition:
                         "be emitted again", self.processor, tp.topic, tp.partition, len(self.sink.skip))
         self.producer.begin_transaction()
         self.open = True
+        if pending:
+            produced = self.sink.reemit(pending)
+            log.warning("%s: %s[%d]: re-emitting %d of the %d outputs of a rolled-forward checkpoint (the rest "
+                        "are visible)", self.processor, tp.topic, tp.partition, produced, len(pending))
         return committed
 
     def _settle_staged(self, store: PartitionStore, committed: int | None) -> None:
         staged = store.staged()
         if staged is None:
             return
-        offset, changes = staged
-        if committed is not None and committed >= offset:
+        offset, changes, outputs = staged
+        if outputs is not None:  # no input progress: whether it committed is unknowable, so make it so
+            log.info("%s: rolling the staged checkpoint at offset %d forward (it consumed no input; its %d "
+                     "outputs are re-emitted unless visible)", self.processor, offset, len(outputs))
+            store.roll_forward(offset, changes, outputs)
+        elif committed is not None and committed >= offset:
             log.info("%s: applying the staged checkpoint at offset %d (its transaction committed)",
                      self.processor, offset)
             store.apply_staged(offset, changes)
@@ -264,14 +302,16 @@ class TransactionalPartition:
         task = self.task
         if task.next_offset is None or not task.has_progress:
             return None
+        journal = self.sink.take_journal()
         changes = task.store.state_changes() if task.store is not None else {}
-        return TxnSnapshot(self, task.next_offset, changes)
+        no_input = task.next_offset == task.committed_offset
+        return TxnSnapshot(self, task.next_offset, changes, journal if no_input else None)
 
     def stage_and_send_offsets(self, snap: TxnSnapshot, group_metadata: Any) -> None:
         """T1 + T2."""
         task = self.task
         if task.store is not None:
-            task.store.stage(snap.offset, snap.changes)
+            task.store.stage(snap.offset, snap.changes, snap.outputs)
         self._guard(lambda: self.producer.send_offsets_to_transaction(
             [TopicPartition(task.topic, task.partition, snap.offset)],
             group_metadata, TXN_TIMEOUT), "send_offsets_to_transaction")
@@ -296,7 +336,8 @@ class TransactionalPartition:
             self.open = True
 
     def abort(self) -> None:
-        if self.open and not self.stuck:
+        self.sink.journal.clear()
+        if self.open and not self.stuck and not self.fenced:  # a fenced producer's abort only times out
             try:
                 self.producer.abort_transaction(TXN_TIMEOUT)
             except KafkaException as exc:
@@ -312,8 +353,11 @@ class TransactionalPartition:
         self.producer.poll(0)
 
     def close(self) -> None:
+        """Let go of the partition: its open transaction is aborted, never left open on the broker (after a
+        checkpoint it is empty; after a failed one, this is what hands the partition over cleanly)."""
         if self.stuck:
             return  # a call of ours still hangs inside this producer: leave it alone
+        self.abort()
         self.producer.flush(5)
 
     def abandon(self) -> None:
@@ -327,22 +371,34 @@ class TransactionalPartition:
         self.open = False
 
     def _guard(self, call: Any, what: str) -> None:
-        try:
-            call_with_deadline(call, CALL_DEADLINE, what)
-        except CallStuck as exc:
-            self.stuck = True
-            raise Aborted(f"{self.transactional_id}: {exc} (librdkafka issue #5456); the producer is replaced"
-                          ) from exc
-        except KafkaException as exc:
-            err: KafkaError = exc.args[0]
-            if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                              KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) or err.fatal():
-                raise Fenced(f"{self.transactional_id} was fenced by a newer instance: {err}") from exc
-            if err.txn_requires_abort() or err.retriable():
-                raise Aborted(f"{self.transactional_id}: {what} failed: {err}") from exc
-            if err.code() == KafkaError.INVALID_PRODUCER_EPOCH:
-                raise Fenced(f"{self.transactional_id} was fenced by a newer instance: {err}") from exc
-            raise
+        """Run a transactional call. A retriable error (a timeout, a coordinator moving) means the call may
+        still complete: librdkafka's contract is to call it again, never to abort then, since a commit that
+        timed out may yet commit on the broker. Only an abortable error, or retries used up, is `Aborted`;
+        the staged checkpoint then stays for recovery to settle against the group's committed offset."""
+        for attempt in range(1, CALL_ATTEMPTS + 1):
+            try:
+                call_with_deadline(call, CALL_DEADLINE, what)
+                return
+            except CallStuck as exc:
+                self.stuck = True
+                raise Aborted(f"{self.transactional_id}: {exc} (librdkafka issue #5456); the producer is "
+                              "replaced") from exc
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                  KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) or err.fatal():
+                    self.fenced = True
+                    raise Fenced(f"{self.transactional_id} was fenced by a newer instance: {err}") from exc
+                if err.retriable() and not err.txn_requires_abort() and attempt < CALL_ATTEMPTS:
+                    log.warning("%s: %s failed (%s); calling it again (%d/%d)", self.transactional_id, what,
+                                err.str(), attempt, CALL_ATTEMPTS - 1)
+                    continue
+                if err.txn_requires_abort() or err.retriable():
+                    raise Aborted(f"{self.transactional_id}: {what} failed: {err}") from exc
+                if err.code() == KafkaError.INVALID_PRODUCER_EPOCH:
+                    self.fenced = True
+                    raise Fenced(f"{self.transactional_id} was fenced by a newer instance: {err}") from exc
+                raise
 
 
 def _sets(pipeline: Pipeline, processor: str, name: str) -> bool:

@@ -292,11 +292,13 @@ class Worker:
     def _sinks(self) -> list[KafkaSink]:
         return [self.sink, *(txn.sink for txn in self.txns.values())]
 
-    def _forget(self, task: PartitionTask) -> None:
-        """Drop a partition's uncommitted state, its staged checkpoint and its store."""
+    def _forget(self, task: PartitionTask, *, keep_staged: bool) -> None:
+        """Drop a partition's uncommitted state and its store. Its staged checkpoint goes too when its
+        transaction certainly did not commit (fenced); when the outcome is unknown (`Aborted` after a
+        timeout), it stays for recovery to apply or discard by the group's committed offset."""
         if task.state is not None:
             task.state.discard_changes()
-        if task.store is not None:
+        if task.store is not None and not keep_staged:
             task.store.discard_staged()
         self._drop([task])
 
@@ -322,13 +324,13 @@ class Worker:
         txn = self.txns.get(task.key)
         if txn is not None:
             txn.abandon()
-        self._forget(task)
+        self._forget(task, keep_staged=True)
         self._rejoin = True  # leaving the group unassigns the partition
 
     def _fenced(self, task: PartitionTask, exc: Exception) -> None:
         """A newer instance owns the partition: forget our uncommitted work and let go of it."""
         log.error("%s: %s; giving up %s[%d]", self.name, exc, task.topic, task.partition)
-        self._forget(task)
+        self._forget(task, keep_staged=False)
         # only what is still assigned can be unassigned (for a partition already revoked the client raised
         # an error no `except` caught, in the dropped-connections test)
         if (task.topic, task.partition) not in {(tp.topic, tp.partition) for tp in self.consumer.assignment()}:

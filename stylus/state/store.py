@@ -7,6 +7,9 @@ Key layout in the KV (one database per input partition):
     b"\\x00m" + name      framework metadata (JSON)
     b"\\x00x"             a staged checkpoint (exactly-once output): offset + state changes, applied or
                          discarded on recovery depending on whether its Kafka transaction committed
+    b"\\x00y"             the outputs of a staged checkpoint that made no input progress (timers only):
+                         its offset cannot tell whether it committed, so recovery rolls it forward
+    b"\\x00p"             outputs a roll-forward re-emits until a transaction carrying them commits
     b"d" + bucket + id, b"\\x00d"   the duplicate-suppression seen-set (stylus/state/seen.py, `attach`)
 Writes are buffered in memory and land in one atomic batch at `commit`, so state and offsets
 saved together can never disagree.
@@ -15,6 +18,7 @@ saved together can never disagree.
 from __future__ import annotations
 
 import heapq
+import pickle
 import struct
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, Protocol
@@ -28,6 +32,8 @@ _TIMER = b"t"
 _OFFSET_KEY = b"\x00o"
 _META = b"\x00m"
 _STAGED = b"\x00x"
+_STAGED_OUTPUTS = b"\x00y"
+_PENDING_OUTPUTS = b"\x00p"
 _MISSING: Any = object()
 _DELETED: Any = object()
 _TS = struct.Struct(">q")
@@ -45,6 +51,16 @@ def encode_changes(offset: int, changes: dict[bytes, bytes | None]) -> bytes:
             parts.append(_LEN.pack(len(value)))
             parts.append(value)
     return b"".join(parts)
+
+
+def _encode_outputs(outputs: list[Any]) -> bytes:
+    """Produced records as (topic, value, key, timestamp, headers) tuples of str/bytes/int: pickled, since
+    they only ever travel between this partition's own store and its own producer."""
+    return pickle.dumps(outputs, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _decode_outputs(blob: bytes) -> list[Any]:
+    return list(pickle.loads(blob))  # written by _encode_outputs into our own store
 
 
 def decode_changes(blob: bytes) -> tuple[int, dict[bytes, bytes | None]]:
@@ -299,6 +315,10 @@ class Timers:
         changes, self._changes = self._changes, {}
         return changes
 
+    @property
+    def dirty(self) -> bool:
+        return bool(self._changes)
+
 
 class PartitionStore:
     """State, offsets and timers of one input partition in one KV."""
@@ -370,27 +390,55 @@ class PartitionStore:
         self.state.evict()
 
     # staged checkpoints (exactly-once output) -----------------------------------------------------
-    def stage(self, offset: int, changes: dict[bytes, bytes | None]) -> None:
-        """Step 1 of a transactional checkpoint: persist the pending change before the commit is tried."""
-        self.kv.write({_STAGED: encode_changes(offset, changes)})
+    @property
+    def dirty(self) -> bool:
+        """Buffered user-state or timer writes (a timer that fired is a change even if on_timer wrote
+        nothing). Metadata alone is not: it rides along with the next checkpoint."""
+        return self.state.dirty or self.timers.dirty
 
-    def staged(self) -> tuple[int, dict[bytes, bytes | None]] | None:
+    def stage(self, offset: int, changes: dict[bytes, bytes | None], outputs: list[Any] | None = None) -> None:
+        """Step 1 of a transactional checkpoint: persist the pending change before the commit is tried.
+        `outputs` (the transaction's records) only when it made no input progress: see `staged`."""
+        self.kv.write({_STAGED: encode_changes(offset, changes),
+                       _STAGED_OUTPUTS: None if outputs is None else _encode_outputs(outputs)})
+
+    def staged(self) -> tuple[int, dict[bytes, bytes | None], list[Any] | None] | None:
+        """(offset, changes, outputs) of a staged checkpoint. `outputs` is None when the checkpoint moved the
+        input offset, so the group's committed offset tells whether its transaction won."""
         blob = self.kv.get(_STAGED)
-        return None if blob is None else decode_changes(blob)
+        if blob is None:
+            return None
+        offset, changes = decode_changes(blob)
+        raw = self.kv.get(_STAGED_OUTPUTS)
+        return offset, changes, None if raw is None else _decode_outputs(raw)
 
     def apply_staged(self, offset: int, changes: dict[bytes, bytes | None],
                      extra: dict[bytes, bytes | None] | None = None) -> None:
-        """After the transaction committed: state + offset + metadata in one batch, staging cleared.
-        Touches only the KV (the changes were taken from the cache when the checkpoint began)."""
+        """After the transaction committed: state + offset + metadata in one batch, staging cleared (and
+        the outputs of an earlier roll-forward, which that transaction carried). Touches only the KV (the
+        changes were taken from the cache when the checkpoint began)."""
         batch = dict(changes)
         batch.update(self.offset_change(offset))
         if extra:
             batch.update(extra)
-        batch[_STAGED] = None
+        batch[_STAGED] = batch[_STAGED_OUTPUTS] = batch[_PENDING_OUTPUTS] = None
         self.kv.write(batch)
 
+    def roll_forward(self, offset: int, changes: dict[bytes, bytes | None], outputs: list[Any]) -> None:
+        """Recovery of a staged checkpoint that made no input progress: apply it, and keep its outputs as
+        pending (re-emitted, unless already visible, until a later transaction carrying them commits)."""
+        batch = dict(changes)
+        batch.update(self.offset_change(offset))
+        batch[_STAGED] = batch[_STAGED_OUTPUTS] = None
+        batch[_PENDING_OUTPUTS] = _encode_outputs(outputs)
+        self.kv.write(batch)
+
+    def pending_outputs(self) -> list[Any]:
+        raw = self.kv.get(_PENDING_OUTPUTS)
+        return [] if raw is None else _decode_outputs(raw)
+
     def discard_staged(self) -> None:
-        self.kv.write({_STAGED: None})
+        self.kv.write({_STAGED: None, _STAGED_OUTPUTS: None})
 
     def close(self) -> None:
         self.kv.close()

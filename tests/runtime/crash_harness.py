@@ -193,12 +193,18 @@ def run_crash_harness(
     finally:
         feeder.stop_flag.set()
         feeder.join()
-    drain = subprocess.run(_worker_cmd(path, ordering, "--exit-when-idle", "3"), env=env, capture_output=True,
-                           text=True, timeout=180, cwd=ROOT)
-    run.log = log.read_text(errors="replace") + drain.stdout + drain.stderr
+    with open(log, "a") as fh:
+        fh.write("--- drain\n")
+    with open(log, "ab") as out:
+        drain = subprocess.run(_worker_cmd(path, ordering, "--exit-when-idle", "3"), env=env, stdout=out,
+                               stderr=subprocess.STDOUT, timeout=180, cwd=ROOT)
+    run.log = log.read_text(errors="replace")
     if drain.returncode != 0:
         raise RuntimeError(f"drain run failed ({drain.returncode}):\n{run.log[-3000:]}")
-    _collect(run, bootstrap, topic_in, topic_out, workdir / "state" / name / "counter", window_ms)
+    try:
+        _collect(run, bootstrap, topic_in, topic_out, workdir / "state" / name / "counter", window_ms)
+    except TimeoutError as exc:  # an output partition stays blocked by an open transaction: show the runs
+        raise TimeoutError(f"{exc}\nworker log ({log}), last part:\n{run.log[-6000:]}") from exc
     delete_topics(bootstrap, [topic_in, topic_out, f"{name}.counter.dlq"])
     return run
 

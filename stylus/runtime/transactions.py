@@ -37,7 +37,7 @@ from stylus.kafka.offsets import end_offsets
 from stylus.kafka.reader import read_range
 from stylus.kafka.settings import client_config
 from stylus.runtime.bounded import CallStuck, call_with_deadline
-from stylus.runtime.sink import KafkaSink, clean_headers
+from stylus.runtime.sink import KafkaSink, clean_headers, close_producer
 from stylus.serde import encode_key
 from stylus.state.store import PartitionStore
 
@@ -214,6 +214,7 @@ class TransactionalPartition:
         self.open = False
         self.stuck = False  # a call of ours hangs inside librdkafka: never touch the producer again
         self.fenced = False  # a newer producer owns the transactional id: nothing of ours can commit or abort
+        self.abandoned = False  # given up after `Aborted`: the next producer of the id fences this one
 
     # ------------------------------------------------------------------ recovery
     def fence(self) -> None:
@@ -359,6 +360,8 @@ class TransactionalPartition:
             return  # a call of ours still hangs inside this producer: leave it alone
         self.abort()
         self.producer.flush(5)
+        if not (self.fenced or self.abandoned):  # close() would try to abort a transaction that cannot end
+            close_producer(self.producer)
 
     def abandon(self) -> None:
         """Give the producer up after `Aborted`: abort what can be aborted, never wait on a hung client. The
@@ -369,6 +372,7 @@ class TransactionalPartition:
             except KafkaException as exc:
                 log.info("%s: abort after a failed transaction: %s", self.processor, exc)
         self.open = False
+        self.abandoned = True
 
     def _guard(self, call: Any, what: str) -> None:
         """Run a transactional call. A retriable error (a timeout, a coordinator moving) means the call may

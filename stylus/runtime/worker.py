@@ -26,7 +26,7 @@ from stylus.monoid.backend import remote_state_for
 from stylus.runtime.checkpoint import Ordering, PendingCheckpoint, ordering_for
 from stylus.runtime.failures import FailurePolicy
 from stylus.runtime.faults import FaultInjector
-from stylus.runtime.sink import KafkaSink
+from stylus.runtime.sink import KafkaSink, close_producer
 from stylus.runtime.stats import WorkerStats
 from stylus.runtime.transactions import TransactionalPartition, marks_client
 from stylus.state.backup import BackupManager
@@ -215,6 +215,7 @@ class Worker:
                 txn.abort()  # after a final checkpoint the open transaction is empty
             self._drop(list(self.tasks.values()))
             self.producer.flush(10)
+            close_producer(self.producer)
             if self.backups is not None:
                 self.backups.close()
             self.checkpointer.shutdown(wait=True)

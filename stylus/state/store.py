@@ -18,7 +18,6 @@ saved together can never disagree.
 from __future__ import annotations
 
 import heapq
-import pickle
 import struct
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, Protocol
@@ -53,14 +52,56 @@ def encode_changes(offset: int, changes: dict[bytes, bytes | None]) -> bytes:
     return b"".join(parts)
 
 
+def _put(parts: list[bytes], data: bytes | str | None) -> None:
+    if data is None:
+        parts.append(_LEN.pack(-1))
+        return
+    raw = data.encode() if isinstance(data, str) else data
+    parts.append(_LEN.pack(len(raw)))
+    parts.append(raw)
+
+
+def _take(blob: bytes, pos: int) -> tuple[bytes | None, int]:
+    (size,) = _LEN.unpack_from(blob, pos)
+    pos += 4
+    if size < 0:
+        return None, pos
+    return blob[pos : pos + size], pos + size
+
+
 def _encode_outputs(outputs: list[Any]) -> bytes:
-    """Produced records as (topic, value, key, timestamp, headers) tuples of str/bytes/int: pickled, since
-    they only ever travel between this partition's own store and its own producer."""
-    return pickle.dumps(outputs, protocol=pickle.HIGHEST_PROTOCOL)
+    """Produced records, (topic, value, key, timestamp, headers), length-prefixed like `encode_changes`."""
+    parts = [_LEN.pack(len(outputs))]
+    for topic, value, key, timestamp, headers in outputs:
+        _put(parts, topic)
+        _put(parts, value)
+        _put(parts, key)
+        parts.append(_TS.pack(timestamp))
+        parts.append(_LEN.pack(len(headers or ())))
+        for name, header in headers or ():
+            _put(parts, name)
+            _put(parts, header)
+    return b"".join(parts)
 
 
 def _decode_outputs(blob: bytes) -> list[Any]:
-    return list(pickle.loads(blob))  # written by _encode_outputs into our own store
+    (count,) = _LEN.unpack_from(blob, 0)
+    pos = 4
+    outputs = []
+    for _ in range(count):
+        topic, pos = _take(blob, pos)
+        value, pos = _take(blob, pos)
+        key, pos = _take(blob, pos)
+        timestamp = _TS.unpack_from(blob, pos)[0]
+        (n_headers,) = _LEN.unpack_from(blob, pos + 8)
+        pos += 12
+        headers = []
+        for _ in range(n_headers):
+            name, pos = _take(blob, pos)
+            header, pos = _take(blob, pos)
+            headers.append(((name or b"").decode(), header))
+        outputs.append(((topic or b"").decode(), value, key, timestamp, headers))
+    return outputs
 
 
 def decode_changes(blob: bytes) -> tuple[int, dict[bytes, bytes | None]]:

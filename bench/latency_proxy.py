@@ -55,7 +55,8 @@ class DelayLine:
         """Write every chunk that is due (one write call per batch), then sleep until the next is."""
         self.timer = None
         assert self.dest is not None
-        now, due = self.loop.time(), []
+        now = self.loop.time()
+        due: list[bytes] = []
         while self.queue and self.queue[0][0] <= now:
             data = self.queue.popleft()[1]
             if data is None:

@@ -11,6 +11,9 @@
    checkpoint is done, then is processed: the Swift way). Batches are small enough (`--fig9-batch`) that a
    checkpoint really is taken every `--fig9-interval`; with the default 2,000-record batches a batch of
    4 KB records takes ~80 ms and the interval would silently be 4x longer.
+   `--only figure9 --broker-latency MS` runs it against a broker MS ms away (one way): every client
+   connection goes through bench/latency_proxy.py, the paper's remote-bus setting where a checkpoint's
+   round trips take about as long as the processing between checkpoints (`--fig9-interval auto`).
 Each configuration runs in a fresh Worker on the same pre-loaded input; the repeats are interleaved
 (every configuration once, then again) so that a neighbour's load spreads over all of them. Reported:
 best and median records/s, CPU time of this process per record (median; it includes the librdkafka

@@ -195,14 +195,16 @@ def main() -> None:
     parser.add_argument("--target", type=int, required=True, help="forward to 127.0.0.1:TARGET")
     parser.add_argument("--delay-ms", type=float, required=True, help="one-way delay, each direction")
     args = parser.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
     async def run() -> None:
         ready = asyncio.Event()
         task = asyncio.create_task(serve(args.port, args.target, args.delay_ms / 1000, ready))
+        # SIGTERM (LatencyProxy.stop) ends the server between callbacks, not inside one
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
         await ready.wait()
         print("ready", flush=True)
-        await task
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run())

@@ -116,7 +116,14 @@ def test_timer_outputs_are_exactly_once_after_machine_loss(pipeline_factory: Any
         sent += produce_to(bootstrap, events, [(p, f"end-{p}", END) for p in everyone])
         expected = {str(i) for i in range(1500)}
         wait_for(done, 60, "the end records")
-        wait_for(lambda: expected <= set(fired_ids(bootstrap, alarms)), 30, "every timer to fire")
+        try:
+            wait_for(lambda: expected <= set(fired_ids(bootstrap, alarms)), 30, "every timer to fire")
+        except AssertionError as exc:  # which ones, and are they in the topic at all (uncommitted)?
+            missing = sorted(expected - set(fired_ids(bootstrap, alarms)), key=int)
+            raw = {json.loads(v)["id"] for m in read_raw(bootstrap, alarms, isolation="read_uncommitted")
+                   if (v := m.value()) is not None}
+            raise AssertionError(f"{exc}: {len(missing)} missing, first {missing[:20]}; in the topic uncommitted: "
+                                 f"{sorted(set(missing) & raw, key=int)[:20]}") from exc
         b.send_signal(signal.SIGTERM)
         assert b.wait(30) == 0
     finally:

@@ -173,6 +173,21 @@ class TransactionalSink(KafkaSink):
         return produced
 
 
+def _still_reachable(ids: set[bytes], prefix: bytes, resume: int | None) -> set[bytes]:
+    """The visible ids that processing from `resume` can emit again: timer ids, and ids of records at or
+    after `resume`. The others (outputs of a transaction that committed, seen because its checkpoint was
+    applied at recovery rather than at T4) would only keep the skip set, and the slow output path, alive."""
+    if resume is None or not ids:
+        return ids
+    start = len(prefix)
+    kept = set()
+    for out_id in ids:
+        origin = out_id[start:].split(b":", 1)[0]
+        if origin[:1] == b"T" or not origin.isdigit() or int(origin) >= resume:
+            kept.add(out_id)
+    return kept
+
+
 def _repaired_headers(headers: Any) -> list[tuple[str, Any]]:
     """A processor's headers on exactly-once output, as `send` has always treated them."""
     return clean_headers(headers, repair=True)
@@ -242,7 +257,7 @@ class TransactionalPartition:
                             "state backup the records in between are replayed (output suppressed), without one "
                             "their effect on the state is missing", self.processor, tp.topic, tp.partition,
                             local, committed)
-        self.sink.skip = self._visible_ids(store)
+        self.sink.skip = _still_reachable(self._visible_ids(store), self.sink.prefix.encode(), committed)
         pending = store.pending_outputs() if store is not None else []
         if store is not None and not store.meta(MARKS_META):
             # the first transaction of this partition: remember where its output can start, so that if it is

@@ -85,3 +85,12 @@ def test_direct_output_is_atomic_ordered_and_counted(bootstrap: str, topic_facto
     for n in (0, 2, 4, 5):
         expected += [(b"k", {"n": n}, 1000 + n, None), (b"other", {"n": n, "again": True}, 5, [("h", b"1")])]
     assert out == expected
+
+
+def test_only_ids_that_processing_can_emit_again_stay_in_the_skip_set() -> None:
+    from stylus.runtime.transactions import _still_reachable
+
+    ids = {b"in:1:99:0", b"in:1:100:0", b"in:1:100:1", b"in:1:T5000:key:0", b"in:1:250:3"}
+    assert _still_reachable(ids, b"in:1:", 100) == {b"in:1:100:0", b"in:1:100:1", b"in:1:T5000:key:0",
+                                                    b"in:1:250:3"}
+    assert _still_reachable(ids, b"in:1:", None) == ids

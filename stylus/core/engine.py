@@ -171,6 +171,8 @@ class Engine:
         held = pending if atomic else None  # where emits wait until the record has succeeded
         sink: Any = None
         direct: DirectOutput | None = None  # the current partition's sink offers the hot path
+        stamp: bytes | None = None  # its id format under exactly-once output (DirectOutput.stamp)
+        stamp_name: str | None = None
         produce: Any = None
         emitted = 0  # outputs produced through `direct` since it was chosen (its sink's counter)
         count = 0
@@ -200,6 +202,7 @@ class Engine:
                         direct = ctx._direct = offer() if offer is not None else None
                         ctx._encode = direct.encoders[ctx._default_topic] if direct and ctx._default_topic else None
                         produce = direct.produce if direct is not None else None
+                        stamp_name, stamp = direct.stamp if direct is not None and direct.stamp else (None, None)
                     undo = task.state.journal() if task.state is not None and atomic else None
                     last_topic, last_partition = topic, partition
                     clock = clock_of(task)
@@ -256,7 +259,22 @@ class Engine:
                 try:
                     process(record, ctx)
                     if pending:  # the record succeeded: its outputs go out, in order
-                        if produce is not None:
+                        if stamp is not None:  # exactly-once: each output carries `stylus.id` (see DirectOutput)
+                            index = -1
+                            for item in pending:
+                                index += 1
+                                stamped = [(stamp_name, stamp % (offset, index))]
+                                if len(item) > 7:  # emitted with headers: the processor's follow the id
+                                    if item[7]:
+                                        stamped.extend(item[7])
+                                    item = item[:7]
+                                try:
+                                    produce(*item, stamped)
+                                except BufferError:
+                                    direct.retry((*item, stamped))  # type: ignore[union-attr]
+                            direct.owner._origin, direct.owner._index = offset, index  # type: ignore[union-attr]
+                            emitted += len(pending)
+                        elif produce is not None:
                             for item in pending:
                                 try:
                                     produce(*item)

@@ -20,7 +20,9 @@ from stylus.eventtime.control import decode as decode_control
 from stylus.eventtime.control import is_control
 from stylus.eventtime.late import LateHandler
 from stylus.eventtime.tracker import WatermarkTracker
-from stylus.serde import decoder, encode_key
+from stylus.serde import decoder, encode_key, encoder
+
+_JSON_ENCODE = encoder("json")  # orjson.dumps, retried with an option for non-str dict keys
 
 
 class StopProcessing(Exception):
@@ -48,7 +50,8 @@ class RaiseFailures:
 class EngineContext:
     """The `ctx` handed to the processor; its fields are repointed per record, not rebuilt."""
 
-    __slots__ = ("_default_topic", "_direct", "_encode", "_outputs", "_pending", "_raw_key", "_sink", "_task",
+    __slots__ = ("_default_topic", "_direct", "_encode", "_encode_any", "_outputs", "_pending", "_raw_key", "_sink",
+                 "_task",
                  "_timer", "_timestamp", "engine", "event_time", "processor_name", "record", "state", "watermark")
 
     def __init__(self, engine: Engine, name: str, default_topic: str | None) -> None:
@@ -71,6 +74,9 @@ class EngineContext:
         # wait in `_pending` as `produce` arguments; `_encode` is the default output's encoder then, else None.
         self._direct: DirectOutput | None = None
         self._encode: Callable[[Any], bytes] | None = None
+        # the default output's own encoder: `_encode` is plain `orjson.dumps` when that is the JSON encoder
+        # (no Python frame per output), and a TypeError (non-str dict keys) is retried with this one
+        self._encode_any: Callable[[Any], bytes] = _JSON_ENCODE
         self._raw_key: bytes | None = None  # the current record's key as read: reused when emitted unchanged
 
     def emit(
@@ -85,8 +91,12 @@ class EngineContext:
         if encode is not None and topic is None and headers is None:  # the hot path: see `_direct`
             record: Any = self.record
             out: Any = self._pending  # a list whenever `_encode` is set
+            try:
+                data = encode(value)
+            except TypeError:
+                data = self._encode_any(value)
             out.append((  # the positional arguments of `produce`: topic, value, key, -1, None, None, timestamp
-                self._default_topic, encode(value),
+                self._default_topic, data,
                 None if key is None else self._raw_key if key is record.key else _key_bytes(key),
                 -1, None, None, self._timestamp if timestamp is None else int(timestamp),
             ))
@@ -201,7 +211,9 @@ class Engine:
                             emitted = 0
                         offer = getattr(sink, "direct", None) if atomic else None
                         direct = ctx._direct = offer() if offer is not None else None
-                        ctx._encode = direct.encoders[ctx._default_topic] if direct and ctx._default_topic else None
+                        encode = direct.encoders[ctx._default_topic] if direct and ctx._default_topic else None
+                        ctx._encode_any = encode or _JSON_ENCODE
+                        ctx._encode = orjson.dumps if encode is _JSON_ENCODE else encode
                         produce = direct.produce if direct is not None else None
                         stamp_name, stamp = direct.stamp if direct is not None and direct.stamp else (None, None)
                     undo = task.state.journal() if task.state is not None and atomic else None

@@ -51,7 +51,7 @@ class EngineContext:
     """The `ctx` handed to the processor; its fields are repointed per record, not rebuilt."""
 
     __slots__ = ("_default_topic", "_direct", "_encode", "_encode_any", "_outputs", "_pending", "_raw_key", "_sink",
-                 "_task",
+                 "_stamp", "_stamp_name", "_task",
                  "_timer", "_timestamp", "engine", "event_time", "processor_name", "record", "state", "watermark")
 
     def __init__(self, engine: Engine, name: str, default_topic: str | None) -> None:
@@ -78,6 +78,10 @@ class EngineContext:
         # (no Python frame per output), and a TypeError (non-str dict keys) is retried with this one
         self._encode_any: Callable[[Any], bytes] = _JSON_ENCODE
         self._raw_key: bytes | None = None  # the current record's key as read: reused when emitted unchanged
+        # exactly-once output on the direct path (DirectOutput.stamp): each held output carries its `stylus.id`
+        # header, `_stamp` % (input offset, emit index), built here; None otherwise
+        self._stamp: bytes | None = None
+        self._stamp_name = ""
 
     def emit(
         self,
@@ -95,11 +99,20 @@ class EngineContext:
                 data = encode(value)
             except TypeError:
                 data = self._encode_any(value)
-            out.append((  # the positional arguments of `produce`: topic, value, key, -1, None, None, timestamp
-                self._default_topic, data,
-                None if key is None else self._raw_key if key is record.key else _key_bytes(key),
-                -1, None, None, self._timestamp if timestamp is None else int(timestamp),
-            ))
+            stamp = self._stamp
+            if stamp is None:
+                out.append((  # the positional arguments of `produce`: topic, value, key, -1, None, None, timestamp
+                    self._default_topic, data,
+                    None if key is None else self._raw_key if key is record.key else _key_bytes(key),
+                    -1, None, None, self._timestamp if timestamp is None else int(timestamp),
+                ))
+            else:  # the same, and the headers: our id, emit index = position among the record's outputs
+                out.append((
+                    self._default_topic, data,
+                    None if key is None else self._raw_key if key is record.key else _key_bytes(key),
+                    -1, None, None, self._timestamp if timestamp is None else int(timestamp),
+                    [(self._stamp_name, stamp % (record.offset, len(out)))],
+                ))
             return
         target = topic or self._default_topic
         if target is None:
@@ -113,8 +126,13 @@ class EngineContext:
             self._sink(target, key, value, ts, headers)
         elif direct is not None:
             encoded = direct.encoders[target](value)
+            checked = direct.headers(headers) if headers else None
+            stamp = self._stamp
+            if stamp is not None:  # our id first, as TransactionalSink stamps (see the hot path above)
+                offset = self.record.offset  # type: ignore[union-attr]  # set while a record runs
+                checked = [(self._stamp_name, stamp % (offset, len(pending))), *(checked or ())]
             pending.append((target, encoded, None if key is None else _key_bytes(key), -1, None, None, ts,
-                            direct.headers(headers) if headers else None))
+                            checked))
         else:
             pending.append((self._sink, target, key, value, ts, headers))
 
@@ -182,8 +200,7 @@ class Engine:
         held = pending if atomic else None  # where emits wait until the record has succeeded
         sink: Any = None
         direct: DirectOutput | None = None  # the current partition's sink offers the hot path
-        stamp: bytes | None = None  # its id format under exactly-once output (DirectOutput.stamp)
-        stamp_name: str | None = None
+        stamp_owner: Any = None  # the sink whose ids `ctx.emit` stamps (DirectOutput.stamp)
         produce: Any = None
         emitted = 0  # outputs produced through `direct` since it was chosen (its sink's counter)
         count = 0
@@ -215,7 +232,11 @@ class Engine:
                         ctx._encode_any = encode or _JSON_ENCODE
                         ctx._encode = orjson.dumps if encode is _JSON_ENCODE else encode
                         produce = direct.produce if direct is not None else None
-                        stamp_name, stamp = direct.stamp if direct is not None and direct.stamp else (None, None)
+                        if direct is not None and direct.stamp is not None:
+                            ctx._stamp_name, ctx._stamp = direct.stamp
+                            stamp_owner = direct.owner
+                        else:
+                            ctx._stamp = stamp_owner = None
                     undo = task.state.journal() if task.state is not None and atomic else None
                     last_topic, last_partition = topic, partition
                     clock = clock_of(task)
@@ -277,28 +298,15 @@ class Engine:
                 try:
                     process(record, ctx)
                     if pending:  # the record succeeded: its outputs go out, in order
-                        if stamp is not None:  # exactly-once: each output carries `stylus.id` (see DirectOutput)
-                            index = -1
-                            for item in pending:
-                                index += 1
-                                stamped = [(stamp_name, stamp % (offset, index))]
-                                if len(item) > 7:  # emitted with headers: the processor's follow the id
-                                    if item[7]:
-                                        stamped.extend(item[7])
-                                    item = item[:7]
-                                try:
-                                    produce(*item, stamped)
-                                except BufferError:
-                                    direct.retry((*item, stamped))  # type: ignore[union-attr]
-                            direct.owner._origin, direct.owner._index = offset, index  # type: ignore[union-attr]
-                            emitted += len(pending)
-                        elif produce is not None:
+                        if produce is not None:
                             for item in pending:
                                 try:
                                     produce(*item)
                                 except BufferError:  # the producer's queue is full: wait for room
                                     direct.retry(item)  # type: ignore[union-attr]
                             emitted += len(pending)
+                            if stamp_owner is not None:  # its next own id continues after these (_next_id)
+                                stamp_owner._origin, stamp_owner._index = offset, len(pending) - 1
                         else:
                             for out_sink, target, out_key, out_value, out_ts, out_headers in pending:
                                 out_sink(target, out_key, out_value, out_ts, out_headers)
@@ -315,7 +323,7 @@ class Engine:
                 count += 1
         finally:
             ctx._pending = None  # emits outside a record (timers) go straight to the sink
-            ctx._direct = ctx._encode = None
+            ctx._direct = ctx._encode = ctx._stamp = None
             if emitted:
                 direct.owner.emitted += emitted  # type: ignore[union-attr]
         if dedup is not None:

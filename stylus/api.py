@@ -11,7 +11,8 @@ from typing import Any, Protocol
 
 
 class Record:
-    """One decoded input record. Plain slots: it is built once per record on the hot path."""
+    """One decoded input record. Plain slots: it is built once per record on the hot path, where the engine
+    sets the slots itself without this `__init__` (Engine.process_messages): keep the two in step."""
 
     __slots__ = ("headers", "key", "offset", "partition", "timestamp", "topic", "value")
 

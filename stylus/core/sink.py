@@ -22,6 +22,11 @@ class DirectOutput(NamedTuple):
     produce: Callable[..., None]  # (topic, value, key, partition, callback, on_delivery, timestamp[, headers])
     retry: Callable[[tuple[Any, ...]], None]  # an item whose produce raised BufferError: waits for room
     owner: Any  # the sink: its `emitted` counter is kept by the engine
+    # exactly-once output (TransactionalSink): (header name, bytes format of `<prefix><offset>:<index>`).
+    # `ctx.emit` stamps each output as it is held and the engine hands it to `produce` (then the raw
+    # producer's): no Python call per output. The engine leaves the owner's `_origin`/`_index` as the sink's
+    # own stamping would have (a dead letter or late record stamped by the sink continues from there).
+    stamp: tuple[str, bytes] | None = None
 
 
 class Output:

@@ -136,23 +136,13 @@ class TransactionalSink(KafkaSink):
             self._produce(topic, value, key, timestamp, stamped)
 
     def direct(self) -> DirectOutput | None:
-        """The engine's hot path (KafkaSink.direct): the engine encodes and calls `produce` once a record
-        succeeded; ours stamps the id first. Not while output is held, nor while ids are to be skipped."""
+        """The engine's hot path (KafkaSink.direct): the engine encodes, stamps the id (`_record_id` % (offset,
+        emit index), DirectOutput.stamp) and calls the producer itself once a record succeeded: no Python call
+        per output. Not while output is held, nor while ids are to be skipped."""
         if self.paused or self.skip:
             return None
-        return DirectOutput(self.encoders, _repaired_headers, self._produce_direct, self._produce_item, self)
-
-    def _produce_direct(self, topic: str, value: bytes | None, key: bytes | None, partition: int, callback: Any,
-                        on_delivery: Any, timestamp: int, headers: Any = None) -> None:
-        """One output of the record that just succeeded: stamped, produced (never raises BufferError, so
-        a retry can never stamp a second id)."""
-        out_id = self._next_id()
-        stamped = [(ID_HEADER, out_id), *headers] if headers else [(ID_HEADER, out_id)]
-        try:
-            self.producer.produce(topic, value, key, partition, callback, on_delivery, timestamp, stamped)
-        except BufferError:
-            self._produce(topic, value, key, timestamp, stamped)
-
+        return DirectOutput(self.encoders, _repaired_headers, self.producer.produce, self._produce_item, self,
+                            (ID_HEADER, self._record_id))
 
     def take_journal(self) -> list[tuple[str, bytes | None, bytes | None, int, list[tuple[str, Any]]]]:
         journal, self.journal = self.journal, []

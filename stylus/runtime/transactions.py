@@ -368,6 +368,16 @@ class TransactionalPartition:
         if not (self.fenced or self.abandoned):  # close() would try to abort a transaction that cannot end
             close_producer(self.producer)
 
+    def let_go(self) -> None:
+        """The partition was lost (its new owner fences this transactional id, which aborts our transaction):
+        drop what is uncommitted without asking the broker anything; an abort would only wait out its
+        timeout, per partition, on a producer that is already fenced."""
+        self.sink.journal.clear()
+        self.open = False
+        self.abandoned = True
+        if self.task.state is not None:
+            self.task.state.discard_changes()
+
     def abandon(self) -> None:
         """Give the producer up after `Aborted`: abort what can be aborted, never wait on a hung client. The
         next producer of this transactional id fences it (and aborts its transaction) in `fence()`."""

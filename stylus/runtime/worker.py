@@ -413,7 +413,7 @@ class Worker:
         for task in lost:
             txn = self.txns.get(task.key)
             if txn is not None:
-                txn.abort()
+                txn.let_go()
             if task.state is not None:
                 task.state.discard_changes()
         self._drop(lost)

@@ -26,7 +26,7 @@ lint: install
 	.venv/bin/mypy
 
 test: install lint
-	.venv/bin/pytest -q -n 3 --dist loadfile --durations=25 $(PYTEST_ARGS)
+	.venv/bin/pytest -q -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 bench: install
 	$(PY) -m bench.throughput

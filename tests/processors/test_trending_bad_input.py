@@ -90,6 +90,7 @@ def test_one_percent_garbage_under_exactly_once(bootstrap: str, pipeline_factory
     good, bad = produce_with_garbage(bootstrap, events)
     assert len(bad) == RECORDS // GARBAGE_EVERY
     done = run_stylus("run", str(path), "--exit-when-idle", "1", bootstrap=bootstrap, timeout=300)
+    (tmp_path / "stream.log").write_text(done.stderr)  # the workers' log, for a failure's post-mortem
     assert done.returncode == 0, done.stderr[-3000:]
 
     # Every bad record is in the Filterer's dead-letter topic, unchanged, once, with where it came from.

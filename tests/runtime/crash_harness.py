@@ -204,7 +204,7 @@ def run_crash_harness(
     try:
         _collect(run, bootstrap, topic_in, topic_out, workdir / "state" / name / "counter", window_ms)
     except TimeoutError as exc:  # an output partition stays blocked by an open transaction: show the runs
-        raise TimeoutError(f"{exc}\n{_blocked_tail(bootstrap, topic_out)}\nworker log ({log}), last part:\n"
+        raise TimeoutError(f"{exc}\n{blocked_tail(bootstrap, topic_out)}\nworker log ({log}), last part:\n"
                            f"{run.log[-6000:]}") from exc
     delete_topics(bootstrap, [topic_in, topic_out, f"{name}.counter.dlq"])
     return run
@@ -220,7 +220,7 @@ def _wait_for_run(log: Path, marker: str, timeout: float) -> None:
         time.sleep(0.05)
 
 
-def _blocked_tail(bootstrap: str, topic: str) -> str:
+def blocked_tail(bootstrap: str, topic: str) -> str:
     """Post-mortem of a blocked read: per output partition, how far read_committed gets and the ids of the
     records after that point (read_uncommitted), i.e. whose transaction is still open."""
     lines = []
@@ -231,7 +231,8 @@ def _blocked_tail(bootstrap: str, topic: str) -> str:
         if msg.offset() > committed.get(msg.partition(), -1):
             ids = [v for k, v in msg.headers() or [] if k == "stylus.id"]
             lines.append(f"  [{msg.partition()}]@{msg.offset()} beyond read_committed: {ids}")
-    return f"last read_committed offsets {committed}; after them:\n" + "\n".join(lines[:12] + lines[-6:])
+    shown = lines if len(lines) <= 18 else [*lines[:12], "  ...", *lines[-6:]]
+    return f"last read_committed offsets {committed}; after them:\n" + "\n".join(shown)
 
 
 def _visible_outputs(bootstrap: str, topic: str) -> int:

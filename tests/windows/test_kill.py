@@ -15,6 +15,7 @@ import orjson
 from confluent_kafka import Producer
 
 from tests.conftest import PipelineFactory
+from tests.runtime.crash_harness import blocked_tail
 from tests.support.cli import ROOT, run_stylus, start_stylus, stylus_cmd, stylus_env
 from tests.support.kafka import read_json
 
@@ -24,6 +25,15 @@ def _produce(bootstrap: str, topic: str, records: list[dict[str, Any]]) -> None:
     for r in records:
         producer.produce(topic, orjson.dumps(r), r["category"].encode(), timestamp=r["ts"])
     assert producer.flush(30) == 0
+
+
+def _final_results(bootstrap: str, topic: str, log: Path) -> list[dict[str, Any]]:
+    """The committed results; when a transaction left open blocks the read, say whose it is."""
+    try:
+        return read_json(bootstrap, topic)
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}\n{blocked_tail(bootstrap, topic)}\n{log.read_text(errors='replace')[-3000:]}"
+                           ) from exc
 
 
 def test_sigkill_with_open_windows_gives_each_final_result_once(
@@ -66,7 +76,7 @@ def test_sigkill_with_open_windows_gives_each_final_result_once(
     log.write_text(log.read_text(errors="replace") + "--- restart\n" + done.stdout + done.stderr)
     assert done.returncode == 0, done.stderr[-3000:]
 
-    results = [r for r in read_json(bootstrap, sums) if r["start"] < base + 10_000_000 - 10_000]
+    results = [r for r in _final_results(bootstrap, sums, log) if r["start"] < base + 10_000_000 - 10_000]
     expected: dict[tuple[str, int], int] = defaultdict(int)
     for r in records:
         expected[(r["category"], r["ts"] - r["ts"] % 10_000)] += r["amount"]
@@ -128,7 +138,7 @@ def test_a_crash_in_a_checkpoint_of_timers_only_loses_no_window(
     assert done.returncode == 0, log.read_text()[-3000:]
     assert "rolling the staged checkpoint" in log.read_text()
 
-    results = [r for r in read_json(bootstrap, sums) if r["start"] < base + 10_000_000 - 10_000]
+    results = [r for r in _final_results(bootstrap, sums, log) if r["start"] < base + 10_000_000 - 10_000]
     expected: dict[tuple[str, int], int] = defaultdict(int)
     for _, r in records:
         expected[(r["category"], r["ts"] - r["ts"] % 10_000)] += r["amount"]

@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
 
-from stylus.kafka.broker import EmbeddedBroker, free_port
+from stylus.kafka.broker import EmbeddedBroker, free_port, terminate
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -165,12 +165,7 @@ class LatencyProxy:
         proc, self.process = self.process, None
         if proc is None:
             return
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        terminate(proc)
 
     def __enter__(self) -> LatencyProxy:
         return self.start()

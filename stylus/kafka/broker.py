@@ -84,12 +84,7 @@ class EmbeddedBroker:
         if proc is None or proc.poll() is not None:
             return
         proc.send_signal(signal.SIGCONT)
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        terminate(proc)
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start() if self.process is None else self
@@ -101,3 +96,13 @@ class EmbeddedBroker:
 
 
 _TANSU_ENV = {"CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "SCHEMA_REGISTRY"}
+
+
+def terminate(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
+    """SIGTERM, then SIGKILL if the process has not ended within `timeout`."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout)

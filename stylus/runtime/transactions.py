@@ -372,11 +372,9 @@ class TransactionalPartition:
         """The partition was lost (its new owner fences this transactional id, which aborts our transaction):
         drop what is uncommitted without asking the broker anything; an abort would only wait out its
         timeout, per partition, on a producer that is already fenced."""
-        self.sink.journal.clear()
-        self.open = False
+        self.open = False  # so `abort` asks the broker nothing
         self.abandoned = True
-        if self.task.state is not None:
-            self.task.state.discard_changes()
+        self.abort()
 
     def abandon(self) -> None:
         """Give the producer up after `Aborted`: abort what can be aborted, never wait on a hung client. The

@@ -78,6 +78,9 @@ class Worker:
         self.last_checkpoint_seconds = 0.0
         self.rebalances = 0
         self.assigned_once = False
+        # the last rebalance callback was an assignment: the group is not moving partitions (an empty task
+        # set means "none of them are ours", not "ours are on their way back")
+        self._assignment_settled = False
         self.finished = False
         self._idle_since: float | None = None
         self._cooperative = "cooperative" in str(
@@ -189,7 +192,11 @@ class Worker:
 
     def _idle(self, now: float) -> bool:
         assert self.exit_when_idle is not None
-        caught_up = self.assigned_once and all(t.at_eof for t in self.tasks.values()) and self.upstream_done()
+        # while partitions move (revoked or lost, not yet assigned again, or a rejoin after a failed
+        # transaction), no task is left to be at EOF: that is not idleness (it once ended runs mid-input)
+        settled = self._assignment_settled and not self._rejoin
+        caught_up = (settled and self.assigned_once and all(t.at_eof for t in self.tasks.values())
+                     and self.upstream_done())
         if not caught_up or self.sink.held_count:
             self._idle_since = None
             return False
@@ -311,6 +318,7 @@ class Worker:
     def _rejoin_group(self) -> None:
         """Leave the group and join again (after a failed transaction, see `_aborted`)."""
         self._rejoin = False
+        self._assignment_settled = False  # until the group assigns again (`_idle`)
         log.warning("%s: rejoining the consumer group", self.name)
         self.consumer.unsubscribe()
         self._subscribe()
@@ -376,6 +384,8 @@ class Worker:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
         self.assigned_once = True
+        self._assignment_settled = True  # called at the end of every rebalance, with an empty list too
+        self._idle_since = None
         opened = [self._open_task(tp.topic, tp.partition) for tp in partitions]
         for tp, task in zip(partitions, opened, strict=True):
             self._prepare_task(task)
@@ -391,6 +401,8 @@ class Worker:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1
+        self._assignment_settled = False
+        self._idle_since = None
         if partitions:
             log.info("%s: revoking %s", self.name, ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))
         self._await_inflight()  # it may cover these partitions: let it land first
@@ -407,6 +419,8 @@ class Worker:
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """The partitions already belong to someone else: save nothing, forget buffered work."""
         self.rebalances += 1
+        self._assignment_settled = False
+        self._idle_since = None
         self._await_inflight()
         lost = [self.tasks[k] for k in ((tp.topic, tp.partition) for tp in partitions) if k in self.tasks]
         log.warning("%s: lost %d partitions without a clean hand-over", self.name, len(lost))

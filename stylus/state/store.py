@@ -139,12 +139,16 @@ def _dumps(value: Any) -> bytes:
 class StateMap(MutableMapping[str, Any]):
     """`ctx.state`: reads go through a cache, writes are buffered until the next commit."""
 
-    __slots__ = ("_capacity", "_dirty", "_kv", "_undo", "_values")
+    __slots__ = ("_capacity", "_dirty", "_inflight", "_kv", "_undo", "_values")
 
     def __init__(self, kv: KV, capacity: int = 100_000) -> None:
         self._kv = kv
         self._values: dict[str, Any] = {}
         self._dirty: set[str] = set()
+        # keys a checkpoint took (`take_changes`) whose write may not have reached the KV yet (overlapped
+        # checkpoints write on another thread; exactly-once output applies only after its commit): point
+        # reads find them in the cache, scans must add them too, or a window closing meanwhile misses them
+        self._inflight: set[str] = set()
         self._capacity = capacity
         self._undo: list[tuple[str, Any, bool]] | None = None  # see journal()
 
@@ -201,8 +205,8 @@ class StateMap(MutableMapping[str, Any]):
                 value = orjson.loads(raw_value)
             if value is not _DELETED:
                 yield key, value
-        for key in sorted(self._dirty - seen):
-            value = self._values[key]
+        for key in sorted((self._dirty | self._inflight) - seen):
+            value = self._values.get(key, _DELETED)
             if value is not _DELETED:
                 yield key, value
 
@@ -216,9 +220,11 @@ class StateMap(MutableMapping[str, Any]):
             key = raw_key[1:].decode("utf-8", "surrogateescape")
             value = self._values.get(key, _MISSING)
             found[key] = orjson.loads(raw_value) if value is _MISSING else value
-        for key in self._dirty:
-            if key.startswith(prefix):
-                found[key] = self._values[key]
+        values = self._values
+        for keys in (self._inflight, self._dirty):  # buffered writes, newest last
+            for key in keys:
+                if key.startswith(prefix) and key in values:
+                    found[key] = values[key]
         return sorted(((k, v) for k, v in found.items() if v is not _DELETED), key=lambda item: item[0])
 
     def items(self) -> Iterator[tuple[str, Any]]:  # type: ignore[override]
@@ -266,13 +272,16 @@ class StateMap(MutableMapping[str, Any]):
         """The buffered writes, and from now on they count as saved: a checkpoint snapshot. The values stay
         cached, so reads are right while the write is still in flight on another thread."""
         changes = self.changes()
+        self._inflight |= self._dirty
         self._dirty.clear()
         if self._undo:
             self._undo.clear()
         return changes
 
     def evict(self) -> None:
-        """Bound the cache once the writes it held are on disk; unsaved values always stay."""
+        """Bound the cache once the writes it held are on disk (every checkpoint's write has landed when this
+        is called); unsaved values always stay."""
+        self._inflight.clear()
         if len(self._values) > self._capacity:
             self._values = {key: self._values[key] for key in self._dirty}
 

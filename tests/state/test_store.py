@@ -121,3 +121,27 @@ def test_a_checkpoint_without_input_is_staged_with_its_outputs_and_rolled_forwar
     assert (store.staged() or (0, {}, []))[2] is None
     store.apply_staged(51, {})
     assert store.pending_outputs() == [] and store.staged() is None
+
+
+def test_scans_see_what_a_checkpoint_took_until_it_lands(make_kv) -> None:
+    """An overlapped checkpoint writes on another thread, and exactly-once output applies its changes only
+    after the commit: until then the changes are in neither the buffer nor the KV. Point reads find them in
+    the cache; scans must too (a window closing meanwhile scanned its groups and emitted none of them)."""
+    store = PartitionStore(make_kv())
+    store.state["w:10:a"] = 1
+    store.state["w:10:b"] = 2
+    store.state["w:20:a"] = 3
+    store.save(1)
+    store.state["w:10:c"] = 4  # new since the last checkpoint
+    del store.state["w:10:a"]
+    write = store.prepare_save(2)  # the snapshot is taken; its write has not happened yet
+    store.state["w:10:d"] = 5  # and processing goes on meanwhile
+    expected = [("w:10:b", 2), ("w:10:c", 4), ("w:10:d", 5)]
+    assert store.state.scan_prefix("w:10:") == expected
+    assert dict(store.state.items()) == {**dict(expected), "w:20:a": 3}
+    write()
+    store.state.evict()  # the checkpoint is complete
+    assert store.state.scan_prefix("w:10:") == expected
+    store.save(3)
+    store.close()
+    assert PartitionStore(make_kv()).state.scan_prefix("w:10:") == expected

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict
 
 from stylus.config.model import Pipeline
+from stylus.core.sink import DirectOutput
 from stylus.serde import encode_key, encoder
 
 OUTPUT_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()), ("timestamp", pa.int64()),
@@ -118,6 +119,26 @@ class TopicOutput(TaskOutput):
         self.producer = Producer(client_config("producer", bootstrap, pipeline, processor)
                                  | {"on_delivery": self._delivered, "delivery.report.only.error": True})
         self.produce = self.producer.produce
+        self.emitted = 0  # outputs the engine produced itself through `direct` (it keeps this count)
+
+    def direct(self) -> DirectOutput | None:
+        """The engine's hot path, as the stream's KafkaSink offers it: `ctx.emit` encodes, the engine calls
+        `produce` itself, no Python call per output (measured: BENCHMARKS.md, issue 6). Only where the
+        per-topic counts can be told from the engine's one counter (a single output topic, written under
+        its own name) and nothing goes back to the driver."""
+        if self.target is not None or self.collect or len(self.encoders) != 1:
+            return None
+        return DirectOutput(self.encoders, _headers, self.produce, self._produce_item, self)
+
+    def _produce_item(self, item: tuple[Any, ...]) -> None:
+        """A direct item whose produce met a full queue: wait for room."""
+        while True:
+            self.producer.poll(0.05)
+            try:
+                self.produce(*item)
+                return
+            except BufferError:
+                continue
 
     def _delivered(self, err: Any, msg: Any) -> None:
         if err is not None:
@@ -152,6 +173,9 @@ class TopicOutput(TaskOutput):
                 self.producer.poll(0.05)
 
     def close(self) -> None:
+        if self.emitted:
+            self.counts[next(iter(self.encoders))] += self.emitted
+            self.emitted = 0
         remaining = self.producer.flush(60)
         if remaining or self.errors:
             raise RuntimeError(f"output not delivered: {remaining} pending, errors: {self.errors[:3]}")

@@ -197,7 +197,9 @@ class Engine:
         undo: Any = None
         pending: list[tuple[Any, ...]] = []
         atomic = self.atomic
-        held = pending if atomic else None  # where emits wait until the record has succeeded
+        # where emits wait until the record has succeeded: for atomicity, and for a sink's direct path (the
+        # engine then produces them itself, which is cheaper than a sink call per output even without it)
+        held = pending if atomic or getattr(self.sink, "direct", None) is not None else None
         sink: Any = None
         direct: DirectOutput | None = None  # the current partition's sink offers the hot path
         stamp_owner: Any = None  # the sink whose ids `ctx.emit` stamps (DirectOutput.stamp)
@@ -226,7 +228,7 @@ class Engine:
                         if emitted:
                             direct.owner.emitted += emitted  # type: ignore[union-attr]
                             emitted = 0
-                        offer = getattr(sink, "direct", None) if atomic else None
+                        offer = getattr(sink, "direct", None) if held is not None else None
                         direct = ctx._direct = offer() if offer is not None else None
                         encode = direct.encoders[ctx._default_topic] if direct and ctx._default_topic else None
                         ctx._encode_any = encode or _JSON_ENCODE

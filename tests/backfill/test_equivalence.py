@@ -69,6 +69,15 @@ def test_wordcount_stream_and_backfill_agree(bootstrap: str, pipeline_factory: A
     backfill_out = Counter((e.key, orjson.dumps(e.value)) for e in result.emitted)
     assert backfill_out == Counter((k, orjson.dumps(json.loads(v))) for k, v in live_out.elements())
 
+    # into the processor's own output topic (`--output @outputs`, the engine's direct produce path): the
+    # same records, byte for byte, and the same counts
+    before = Counter(m.partition() for m in read_raw(bootstrap, counts_topic))
+    to_topic = run_plan(spark, pipeline, "count", plan, OutputTarget(kind="outputs"))
+    assert to_topic.records == 3000 and to_topic.outputs == {counts_topic: 3000}
+    produced = Counter((m.key().decode(), m.value()) for m in read_raw(bootstrap, counts_topic)
+                       if m.offset() >= before[m.partition()])
+    assert produced == live_out
+
     # --seed-state: the backfill's state as a new processor's RocksDB, which then continues on the stream
     seeded_doc = json.loads(json.dumps(WORDCOUNT))
     _, fresh = pipeline_factory(seeded_doc)

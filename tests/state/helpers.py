@@ -26,19 +26,27 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
 
 
 def caught_up(bootstrap: str, group: str, topic: str, partitions: int) -> bool:
+    return not lagging(bootstrap, group, topic, partitions)
+
+
+def lagging(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
+    """Partition -> (group's committed offset, end offset) for every partition not caught up."""
     ends = end_offsets(bootstrap, [(topic, p) for p in range(partitions)])
     done = committed(bootstrap, group, topic, partitions)
-    return all(done[p] == ends[(topic, p)][1] for p in range(partitions))
+    return {p: (done[p], ends[(topic, p)][1]) for p in range(partitions) if done[p] != ends[(topic, p)][1]}
 
 
-def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.3) -> Any:
+def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.3,
+             explain: Callable[[], Any] | None = None) -> Any:
+    """`explain`: what to add to the timeout's message (the state that kept `check` false)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         result = check()
         if result:
             return result
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    detail = f": {explain()}" if explain is not None else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
 
 
 def read_state(store_dir: Path) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from stylus.state.backup.repository import PartitionBackups
 from stylus.state.backup.target import target_for
 from stylus.state.kv import RocksKV
 from stylus.state.store import PartitionStore
-from tests.state.helpers import caught_up, wait_for
+from tests.state.helpers import caught_up, lagging, wait_for
 from tests.support.cli import start_stylus
 from tests.support.kafka import read_raw
 from tests.webhdfs_server import WebHdfsServer
@@ -79,6 +79,7 @@ def test_timer_outputs_are_exactly_once_after_machine_loss(pipeline_factory: Any
     repos = [PartitionBackups(target, pipeline.pipeline, "alarm", events, p) for p in range(PARTS)]
     everyone = list(range(PARTS))
     done = lambda: caught_up(bootstrap, group, events, PARTS)  # noqa: E731
+    lag = lambda: f"(committed, end) of the partitions behind: {lagging(bootstrap, group, events, PARTS)}"  # noqa: E731
 
     sent = produce_to(bootstrap, events, records(0, 800, everyone))
     a = start_stylus("run", str(path_a), "--processor", "alarm", bootstrap=bootstrap, log=tmp_path / "a.log")
@@ -86,7 +87,7 @@ def test_timer_outputs_are_exactly_once_after_machine_loss(pipeline_factory: Any
     procs = [a, b]
     try:
         wait_for(lambda: done() and all(store_dir(s).is_dir() and any(store_dir(s).iterdir()) for s in "ab"), 60,
-                 "both instances to own partitions and consume phase 1")
+                 "both instances to own partitions and consume phase 1", explain=lag)
         wait_for(lambda: sum((m.offset or 0) if (m := r.newest()) else 0 for r in repos) == sent, 30,
                  "backups of phase 1")
 
@@ -94,7 +95,7 @@ def test_timer_outputs_are_exactly_once_after_machine_loss(pipeline_factory: Any
         # phase 2's, after its last backup
         webhdfs.refuse(503)
         sent += produce_to(bootstrap, events, records(800, 1400, everyone))
-        wait_for(done, 60, "phase 2 to be committed")
+        wait_for(done, 60, "phase 2 to be committed", explain=lag)
         owned_by_a = sorted(int(p.name.rsplit("-", 1)[1]) for p in store_dir("a").iterdir()
                             if (p / "CURRENT").exists())
         assert owned_by_a and len(owned_by_a) < PARTS
@@ -106,7 +107,7 @@ def test_timer_outputs_are_exactly_once_after_machine_loss(pipeline_factory: Any
         # phase 3 only on the lost partitions: b takes them over, replays phase 2 and commits new input on
         # them, while its own partitions hold the watermark where it was (no timer is due)
         sent += produce_to(bootstrap, events, records(1400, 1500, owned_by_a))
-        wait_for(done, 90, "b to take over and commit phase 3")
+        wait_for(done, 90, "b to take over and commit phase 3", explain=lag)
         b.send_signal(signal.SIGTERM)
         assert b.wait(30) == 0
 
@@ -115,7 +116,7 @@ def test_timer_outputs_are_exactly_once_after_machine_loss(pipeline_factory: Any
         procs.append(b)
         sent += produce_to(bootstrap, events, [(p, f"end-{p}", END) for p in everyone])
         expected = {str(i) for i in range(1500)}
-        wait_for(done, 60, "the end records")
+        wait_for(done, 60, "the end records", explain=lag)
         try:
             wait_for(lambda: expected <= set(fired_ids(bootstrap, alarms)), 30, "every timer to fire")
         except AssertionError as exc:  # which ones, and are they in the topic at all (uncommitted)?

@@ -12,9 +12,16 @@ do: a record is late only when every window it falls in has closed).
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from stylus.config.model import Pipeline
+
+log = logging.getLogger(__name__)
+
+#: At most one log line per this many seconds about late records (the first one is logged at once).
+REPORT_EVERY = 30.0
 
 
 def late_topic(pipeline: Pipeline, name: str) -> str:
@@ -45,6 +52,9 @@ class LateHandler:
         self.sink = sink
         self.is_late = getattr(processor, "is_late", None)
         self.counters = LateCounters()
+        self.name = name
+        self._reported_at = -REPORT_EVERY
+        self._reported_total = 0
 
     def __call__(self, msg: Any, key: str | None, value: Any, event_time: int, watermark: int,
                  sink: Any = None) -> bool:
@@ -52,6 +62,14 @@ class LateHandler:
         if self.is_late is not None and not self.is_late(event_time, watermark):
             return False
         counters = self.counters
+        now = time.monotonic()
+        if now - self._reported_at >= REPORT_EVERY:  # never silent: say so, at most every REPORT_EVERY s
+            self._reported_at = now
+            log.warning("%s: %d records behind the watermark since the last report (late: %s, %s so far); "
+                        "latest: %s[%d]@%d, event time %d is %d ms behind watermark %d", self.name,
+                        counters.total - self._reported_total + 1, self.policy, counters.as_dict(), msg.topic(),
+                        msg.partition(), msg.offset(), event_time, watermark - event_time, watermark)
+            self._reported_total = counters.total + 1
         if self.policy == "update":
             counters.updated += 1
             return False

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+
+import pytest
+
 from tests.eventtime.engine_setup import Rig, pipeline_doc
 
 
@@ -9,13 +13,19 @@ def _rig(policy: str, cls: str = "tests.apps.timed:Collect", **config: object) -
     return Rig(pipeline_doc(cls, event_time={"field": "ts", "late": policy}, config=config))
 
 
-def test_drop_skips_and_counts() -> None:
+def test_drop_skips_counts_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
     rig = _rig("drop")
     rig.feed([{"id": 1, "ts": 10_000}])
     rig.advance()
-    out = rig.feed([{"id": 2, "ts": 9_000}, {"id": 3, "ts": 10_000}, {"id": 4, "ts": 11_000}])
+    with caplog.at_level(logging.WARNING, logger="stylus.eventtime.late"):
+        out = rig.feed([{"id": 2, "ts": 9_000}, {"id": 3, "ts": 10_000}, {"id": 4, "ts": 11_000}])
+        rig.feed([{"id": 5, "ts": 8_000}])
     assert [o.value["id"] for o in out] == [3, 4]
-    assert rig.engine.late.counters.as_dict() == {"dropped": 1, "redirected": 0, "updated": 0}
+    assert rig.engine.late.counters.as_dict() == {"dropped": 2, "redirected": 0, "updated": 0}
+    # dropped data is never silent, and the log is not flooded: the first one at once, then a summary
+    # at most every 30 s
+    reports = [r.getMessage() for r in caplog.records]
+    assert len(reports) == 1 and "in[0]@1, event time 9000 is 1000 ms behind watermark 10000" in reports[0]
 
 
 def test_topic_sends_the_record_to_the_late_topic() -> None:

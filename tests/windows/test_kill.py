@@ -14,10 +14,11 @@ from typing import Any
 import orjson
 from confluent_kafka import Producer
 
+from stylus.runtime.transactions import ID_HEADER
 from tests.conftest import PipelineFactory
 from tests.runtime.crash_harness import blocked_tail
 from tests.support.cli import ROOT, run_stylus, start_stylus, stylus_cmd, stylus_env
-from tests.support.kafka import read_json
+from tests.support.kafka import read_json, read_raw
 
 
 def _produce(bootstrap: str, topic: str, records: list[dict[str, Any]]) -> None:
@@ -88,6 +89,15 @@ def test_sigkill_with_open_windows_gives_each_final_result_once(
         raw = read_json(bootstrap, sums, isolation="read_uncommitted")
         print("uncommitted has", len(raw), "records; of the wrong windows it has",
               sorted({(r["key"], r["start"], r["value"]) for r in raw if (r["key"], r["start"]) in set(wrong)})[:10])
+        print("wrong windows by category:", {c: sorted(s - base for k, s in wrong if k == c) for c in "abcdef"})
+        by_origin: dict[str, list[tuple[str, int]]] = defaultdict(list)  # input partition -> (category, start)
+        for m in read_raw(bootstrap, sums, isolation="read_uncommitted"):
+            out_id = dict(m.headers() or []).get(ID_HEADER, b"?").decode()
+            r = orjson.loads(m.value())
+            by_origin[out_id.split(":T", 1)[0]].append((r["key"], r["start"] - base))
+        for origin, made in sorted(by_origin.items()):
+            print(f"outputs of {origin}: {len(made)}, categories {sorted({c for c, _ in made})}, starts "
+                  f"{min(s for _, s in made)}..{max(s for _, s in made)}")
     assert not wrong, (f"{len(wrong)} windows wrong or missing (got, expected): "
                        f"{[(k, got.get(k), expected.get(k)) for k in wrong[:5]]}; {len(results)} results, "
                        f"{killed_with} visible at the kill; log:\n{log.read_text()[-4000:]}")

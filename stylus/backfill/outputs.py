@@ -57,7 +57,11 @@ class TaskOutput:
             self.collected.append((topic, key, _json(value), timestamp))
 
     def close(self) -> None:
-        pass
+        """The unit is done: finish what it wrote (files, counts)."""
+
+    def wait(self) -> None:
+        """Return once what this output wrote is delivered, or raise. Separate from `close`: a task's units
+        share one producer (`open_output(previous=...)`) and wait for delivery once, at the task's end."""
 
 
 class CollectOutput(TaskOutput):
@@ -106,7 +110,8 @@ class ParquetOutput(TaskOutput):
 class TopicOutput(TaskOutput):
     """Produces with the pipeline's producer settings, encoded by the emitting topic's serde."""
 
-    def __init__(self, pipeline: Pipeline, processor: str, bootstrap: str, target: str | None) -> None:
+    def __init__(self, pipeline: Pipeline, processor: str, bootstrap: str, target: str | None,
+                 previous: TopicOutput | None = None) -> None:
         from confluent_kafka import Producer
 
         from stylus.kafka.settings import client_config
@@ -115,9 +120,17 @@ class TopicOutput(TaskOutput):
         spec = pipeline.processors[processor]
         self.encoders = {t: encoder(pipeline.topics[t].serde) for t in spec.outputs}
         self.target = target
-        self.errors: list[str] = []
-        self.producer = Producer(client_config("producer", bootstrap, pipeline, processor)
-                                 | {"on_delivery": self._delivered, "delivery.report.only.error": True})
+        self.errors: list[str]
+        self.producer: Producer
+        if previous is not None:  # the task's earlier unit: same producer, same delivery errors
+            self.errors, self.producer = previous.errors, previous.producer
+        else:
+            # A new idempotent producer sends nothing for its first ~0.5 s (librdkafka: "No brokers available
+            # for Idempotent producer", PID timer restarted after 500 ms), so a task makes one, not one per unit
+            self.errors = []
+            self.producer = Producer(client_config("producer", bootstrap, pipeline, processor)
+                                     | {"on_delivery": _collect_errors(self.errors),
+                                        "delivery.report.only.error": True})
         self.produce = self.producer.produce
         self.emitted = 0  # outputs the engine produced itself through `direct` (it keeps this count)
 
@@ -139,10 +152,6 @@ class TopicOutput(TaskOutput):
                 return
             except BufferError:
                 continue
-
-    def _delivered(self, err: Any, msg: Any) -> None:
-        if err is not None:
-            self.errors.append(str(err))
 
     def __call__(self, topic: str, key: str | None, value: Any, timestamp: int,
                  headers: Mapping[str, Any] | None) -> None:
@@ -176,9 +185,21 @@ class TopicOutput(TaskOutput):
         if self.emitted:
             self.counts[next(iter(self.encoders))] += self.emitted
             self.emitted = 0
+
+    def wait(self) -> None:
         remaining = self.producer.flush(60)
         if remaining or self.errors:
             raise RuntimeError(f"output not delivered: {remaining} pending, errors: {self.errors[:3]}")
+
+
+def _collect_errors(errors: list[str]) -> Any:
+    """A delivery callback that keeps failures in `errors`, shared by every unit on the producer."""
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    return delivered
 
 
 def _headers(headers: Mapping[str, Any] | None) -> list[tuple[str, bytes]]:
@@ -187,18 +208,22 @@ def _headers(headers: Mapping[str, Any] | None) -> list[tuple[str, bytes]]:
     return [(k, v if isinstance(v, bytes) else str(v).encode()) for k, v in headers.items()]
 
 
-def open_output(target: OutputTarget, pipeline: Pipeline, processor: str, bootstrap: str, index: int) -> TaskOutput:
-    output = _open(target, pipeline, processor, bootstrap, index)
+def open_output(target: OutputTarget, pipeline: Pipeline, processor: str, bootstrap: str, index: int,
+                previous: TaskOutput | None = None) -> TaskOutput:
+    """The output of unit `index`; `previous`, the output of the task's unit before it, lends its producer."""
+    output = _open(target, pipeline, processor, bootstrap, index, previous)
     output.collect = output.collect or target.collect
     return output
 
 
-def _open(target: OutputTarget, pipeline: Pipeline, processor: str, bootstrap: str, index: int) -> TaskOutput:
+def _open(target: OutputTarget, pipeline: Pipeline, processor: str, bootstrap: str, index: int,
+          previous: TaskOutput | None) -> TaskOutput:
     if target.kind == "collect":
         return CollectOutput()
     if target.kind == "parquet":
         assert target.path is not None
         return ParquetOutput(target.path, index)
     if target.kind in ("topic", "outputs"):
-        return TopicOutput(pipeline, processor, bootstrap, target.topic if target.kind == "topic" else None)
+        return TopicOutput(pipeline, processor, bootstrap, target.topic if target.kind == "topic" else None,
+                           previous if isinstance(previous, TopicOutput) else None)
     return TaskOutput()

@@ -18,7 +18,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
 from stylus.api import import_processor_class
-from stylus.backfill.outputs import OutputTarget, open_output
+from stylus.backfill.outputs import OutputTarget, TaskOutput, open_output
 from stylus.backfill.plan import Unit
 from stylus.backfill.read import KafkaRange, open_unit, read_unit_batches
 from stylus.config.model import Pipeline
@@ -72,7 +72,8 @@ def _batched(it: Iterator[Any], size: int) -> Iterator[list[Any]]:
 class UnitRun:
     """Runs one unit; `rows()` yields the result batches (outputs to collect, state, a summary)."""
 
-    def __init__(self, job: JobSpec, unit: Unit, opened: KafkaRange | None = None) -> None:
+    def __init__(self, job: JobSpec, unit: Unit, opened: KafkaRange | None = None,
+                 previous: TaskOutput | None = None) -> None:
         for path in job.sys_path:
             if path not in sys.path:
                 sys.path.append(path)
@@ -83,7 +84,7 @@ class UnitRun:
         self.spec = self.pipeline.processors[job.processor]
         cls = import_processor_class(self.spec.class_)
         self.processor = cls(config=self.spec.config, name=job.processor)
-        self.output = open_output(job.output, self.pipeline, job.processor, job.bootstrap, unit.index)
+        self.output = open_output(job.output, self.pipeline, job.processor, job.bootstrap, unit.index, previous)
         self.engine = Engine(self.processor, job.processor, self.spec, self.pipeline, self.output, RaiseFailures())
         self.engine.atomic = False  # any failure fails the task: no per-record journal or held emits needed
         self.keep_state = self.spec.stateful or job.mode == "monoid"
@@ -171,11 +172,19 @@ def run_slot(job: JobSpec, units_json: list[str], indexes: list[int]) -> Iterato
     one's first Kafka chunk is already being fetched (`open_unit`): no idle gap between the units of a task."""
     units = [Unit.model_validate_json(units_json[i]) for i in indexes]
     opened = open_unit(units[0], job.bootstrap) if units else None
+    output: TaskOutput | None = None  # the previous unit's: the next one shares its producer
     try:
         for k, unit in enumerate(units):
             current = opened
             opened = open_unit(units[k + 1], job.bootstrap) if k + 1 < len(units) else None
-            yield from UnitRun(job, unit, current).rows()
+            run = UnitRun(job, unit, current, output)
+            yield from run.rows()
+            output = run.output
+        # Delivery is awaited once, here: a unit's records go on being delivered while the next one runs
+        # (waiting after each unit left the task idle 0.4-0.5 s per 250k-record unit: BENCHMARKS.md, issue 6).
+        # The task ends only after this wait, so a delivery failure still fails it (and Spark retries it).
+        if output is not None:
+            output.wait()
     finally:
         if opened is not None:
             opened.close()

@@ -26,6 +26,7 @@ from stylus.monoid.backend import remote_state_for
 from stylus.runtime.checkpoint import Ordering, PendingCheckpoint, ordering_for
 from stylus.runtime.failures import FailurePolicy
 from stylus.runtime.faults import FaultInjector
+from stylus.runtime.gctune import tune_for_streaming
 from stylus.runtime.sink import KafkaSink, close_producer
 from stylus.runtime.stats import WorkerStats
 from stylus.runtime.transactions import TransactionalPartition, marks_client
@@ -119,9 +120,11 @@ class Worker:
     def run(self) -> None:
         """Consume until stopped or idle, then take a final checkpoint. Raises WorkerFailed on error."""
         self.engine.start()
+        tune_for_streaming()
         self._subscribe()
         interval = self.spec.checkpoint.interval
         next_checkpoint = time.monotonic() + interval
+        next_poll = 0.0
         error: BaseException | None = None
         try:
             while not self.stop_event.is_set():
@@ -130,13 +133,15 @@ class Worker:
                     self._handle(msgs)
                 if self._rejoin:
                     self._rejoin_group()
-                self.producer.poll(0)
-                if self.txns and self.inflight is None:  # exactly-once: serve their delivery reports too
-                    for txn in self.txns.values():
-                        txn.poll()
+                now = time.monotonic()
+                if now >= next_poll:
+                    next_poll = now + 0.05
+                    self.producer.poll(0)
+                    if self.txns and self.inflight is None:  # exactly-once: serve their delivery reports too
+                        for txn in self.txns.values():
+                            txn.poll()
                 if self.engine.track_time and self.tasks:
                     self.event_time.tick(self.tasks.values())
-                now = time.monotonic()
                 held = sum(sink.held_count for sink in self._sinks())
                 if self.inflight is not None:  # too much held output waits for the checkpoint (backpressure)
                     self._await_inflight(block=held > MAX_HELD_OUTPUT)

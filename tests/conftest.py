@@ -1,4 +1,4 @@
-"""Fixtures are factories: one real embedded broker per session, topics and pipelines per test."""
+"""Fixtures are factories: one real embedded broker per test module, topics and pipelines per test."""
 
 from __future__ import annotations
 
@@ -19,13 +19,17 @@ from stylus.kafka.settings import forget_connections
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def broker() -> Iterator[EmbeddedBroker]:
+    """A broker per test module (it starts in milliseconds). One per session made later modules pay for
+    earlier ones: the embedded broker slows down with every producer and transactional id it has seen
+    (with 2,500 of them, 4 transactional producers took 16x longer: docs/faults.md), and exactly-once
+    tests late in a full run lost outputs on it."""
     with EmbeddedBroker() as embedded:
         yield embedded
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def bootstrap(broker: EmbeddedBroker) -> str:
     return broker.bootstrap
 

@@ -27,7 +27,7 @@ from stylus.kafka.admin import create_topics, pipeline_topics
 from stylus.runtime.transactions import ID_HEADER
 from tests.backfill.test_trending_equivalence import EARLIEST, LATEST, stream_kv, stream_outputs, trending_doc
 from tests.support.cli import run_stylus
-from tests.support.kafka import read_raw
+from tests.support.kafka import offset_holes, read_raw
 
 RECORDS = 3000
 GARBAGE_EVERY = 100  # 1%
@@ -124,7 +124,7 @@ def test_one_percent_garbage_under_exactly_once(bootstrap: str, pipeline_factory
                     m.timestamp()[1]) for m in data_records(read_raw(bootstrap, filtered)))
     expected = filterer_on(pipeline, good_messages)
     assert sum(expected.values()) > RECORDS // 2
-    assert live == expected
+    assert live == expected, f"offset holes in {filtered}: {offset_holes(bootstrap, filtered)}"
 
     # Later stages: each one's output and state is its own code over its actual (committed) input.
     for name in STAGES[1:]:
@@ -132,7 +132,8 @@ def test_one_percent_garbage_under_exactly_once(bootstrap: str, pipeline_factory
         plan = plan_for(pipeline, name, bootstrap, EARLIEST, LATEST, chunk_size=700)
         result = run_plan(spark, pipeline, name, plan, OutputTarget(kind="collect"), return_state=spec.stateful)
         backfilled = Counter((e.key, orjson.dumps(e.value), e.timestamp) for e in result.emitted)
-        assert backfilled == stream_outputs(bootstrap, spec.outputs[0]), name
+        assert backfilled == stream_outputs(bootstrap, spec.outputs[0]), \
+            f"{name}; offset holes in {spec.outputs[0]}: {offset_holes(bootstrap, spec.outputs[0])}"
         for p in range(pipeline.topics[spec.inputs[0]].partitions) if spec.stateful else ():
             mine = {k: v for k, v in result.states[(spec.inputs[0], p)].items() if k[:1] in (b"s", b"t")}
             assert mine == stream_kv(pipeline, name, spec.inputs[0], p), (name, p)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from stylus.core.message import RawMessage
+from stylus.kafka.offsets import end_offsets, topic_partitions
 from stylus.kafka.reader import read_topic
 
 
@@ -44,3 +47,33 @@ def read_json(bootstrap: str, topic: str, isolation: str = "read_committed",
 
 def read_raw(bootstrap: str, topic: str, isolation: str = "read_committed") -> list[RawMessage]:
     return read_topic(bootstrap, topic, isolation=isolation)
+
+
+
+def offset_holes(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int, list[tuple[int, int]]]:
+    """Per partition, runs of more than one offset below the end that hold no record at all (control records
+    included), not even for a read_uncommitted reader: offsets the broker handed to a produce whose records it
+    never stored. (A transaction's commit marker takes one offset on real Kafka; the embedded broker writes
+    none.) For a failure's message: it tells a batch the broker lost after acknowledging it from output never
+    sent."""
+    ends = end_offsets(bootstrap, topic_partitions(bootstrap, [topic]))
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"holes-{uuid.uuid4().hex[:8]}",
+                         "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+    seen: dict[int, list[int]] = {p: [] for (_, p), (low, high) in ends.items() if high > low}
+    consumer.assign([TopicPartition(topic, p, ends[(topic, p)][0]) for p in seen])
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and any(
+                not offs or offs[-1] < ends[(topic, p)][1] - 1 for p, offs in seen.items()):
+            for m in consumer.consume(1000, 0.2):
+                if m.error() is None:
+                    seen[m.partition()].append(m.offset())
+    finally:
+        consumer.close()
+    holes = {}
+    for p, offs in seen.items():
+        found = [(a + 1, b) for a, b in zip([ends[(topic, p)][0] - 1, *offs], [*offs, ends[(topic, p)][1]],
+                                             strict=True) if b - a > 2]
+        if found:
+            holes[p] = found
+    return holes

@@ -21,7 +21,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from confluent_kafka import Producer
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import BatchMarks  # noqa: E402
 from stylus.backfill.bounds import parse_bound  # noqa: E402
 from stylus.backfill.job import plan_for, run_plan  # noqa: E402
 from stylus.backfill.outputs import OutputTarget  # noqa: E402
@@ -72,26 +72,18 @@ def produce(bootstrap: str, n: int) -> None:
 
 
 def bench_stream(path: Path, bootstrap: str, n: int) -> float:
-    """A fresh consumer group reads all n records: seconds from the first to the last processed record."""
+    """A fresh consumer group reads all n records: seconds from the first to the last processed record (the
+    worker marks both; the first batch, processed before the clock starts, is counted out pro rata)."""
     pipeline = load_pipeline(path)
     runner = PipelineRunner(pipeline, bootstrap, ["count"], exit_when_idle=0.5)
-    marks: dict[str, float] = {}
-
-    def watch() -> None:
-        while "last" not in marks:
-            worker = runner.workers.get("count")
-            done = worker.processed if worker else 0
-            if done and "first" not in marks:
-                marks["first"] = time.monotonic()
-            if done >= n:
-                marks["last"] = time.monotonic()
-            time.sleep(0.005)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    runner.run()
-    watcher.join(5)
-    return marks["last"] - marks["first"]
+    threads = runner.start()
+    worker = runner.workers["count"]
+    assert worker.processed == 0, "the worker processed records before its clock was set up"
+    marks = BatchMarks(worker, n)
+    for thread in threads:
+        thread.join()
+    assert marks.finished.is_set() and not runner.errors, runner.errors
+    return (marks.last - marks.first) * n / (n - marks.already)
 
 
 def bench_backfill(spark: Any, path: Path, bootstrap: str) -> tuple[float, float, int]:

@@ -37,6 +37,7 @@ from stylus.config.model import Pipeline, TopicSpec
 from stylus.kafka.admin import create_topics, delete_topics
 from stylus.kafka.broker import EmbeddedBroker
 from stylus.kafka.settings import PRODUCER_DEFAULTS, client_config
+from stylus.runtime.gctune import tune_for_streaming
 
 TYPES = ["post", "comment", "like", "share", "view"]
 KEEP = {"post", "comment", "share"}
@@ -168,6 +169,9 @@ def main() -> None:
     parser.add_argument("--raw-positional", action="store_true", help="the raw loop passes produce() arguments "
                         "positionally, as Stylus does")
     args = parser.parse_args()
+    # The worker raises the GC threshold for its whole process (stylus/runtime/gctune.py); set it before any
+    # run, so the raw loop has the same interpreter settings in every run, not only after the first Stylus one.
+    tune_for_streaming()
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
         bootstrap = broker.bootstrap
         topic_in = f"bench-in-{uuid.uuid4().hex[:6]}"

@@ -51,11 +51,10 @@ def read_raw(bootstrap: str, topic: str, isolation: str = "read_committed") -> l
 
 
 def offset_holes(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int, list[tuple[int, int]]]:
-    """Per partition, runs of more than one offset below the end that hold no record at all (control records
-    included), not even for a read_uncommitted reader: offsets the broker handed to a produce whose records it
-    never stored. (A transaction's commit marker takes one offset on real Kafka; the embedded broker writes
-    none.) For a failure's message: it tells a batch the broker lost after acknowledging it from output never
-    sent."""
+    """Per partition, runs of more than one offset up to the end that hold no record a read_uncommitted
+    reader gets, control records included: for a failure's message. A run inside the partition is offsets
+    the broker handed to a batch no reader ever gets (docs/faults.md); a run at the very end, as long as the
+    number of transactional producers, is their final commit markers."""
     ends = end_offsets(bootstrap, topic_partitions(bootstrap, [topic]))
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"holes-{uuid.uuid4().hex[:8]}",
                          "enable.auto.commit": False, "isolation.level": "read_uncommitted"})

@@ -56,6 +56,14 @@ class Fenced(RuntimeError):
     """Another instance owns this partition now; this one must stop touching it."""
 
 
+class OutputsBlocked(RuntimeError):
+    """Settling could not read the outputs it must check: a transaction another producer left open holds
+    back every read_committed reader of an output partition (on the embedded broker until its transactional
+    id is initialised again, on Kafka until the coordinator times it out). Not this partition's fault: the
+    worker hands its assignment back and joins the group again (Worker._give_back), by which time whoever
+    is assigned the blocking transaction's input partition (perhaps this worker) has fenced it."""
+
+
 class Aborted(RuntimeError):
     """The transaction cannot complete, though nobody else owns the partition: an abortable error (a delivery
     or the transaction timed out, a connection was lost mid-request) or a client call that hung. The worker
@@ -67,6 +75,8 @@ class Aborted(RuntimeError):
 CALL_DEADLINE = TXN_TIMEOUT + 5.0  # librdkafka returns by TXN_TIMEOUT itself unless it hangs
 #: How many times a transactional call that failed with a retriable error is made in all.
 CALL_ATTEMPTS = 3
+#: How long settling waits to read the outputs since the last checkpoint (OutputsBlocked past it).
+SETTLE_READ_TIMEOUT = 30.0
 
 
 class TransactionalSink(KafkaSink):
@@ -296,10 +306,14 @@ class TransactionalPartition:
                 ranges[(topic, partition)] = (start, high)
         prefix = self.sink.prefix.encode()
         found: set[bytes] = set()
-        for msg in read_range(self.bootstrap, ranges, isolation="read_committed"):
-            for name, value in msg.headers() or []:
-                if name == ID_HEADER and value is not None and value.startswith(prefix):
-                    found.add(value)
+        try:
+            for msg in read_range(self.bootstrap, ranges, isolation="read_committed", timeout=SETTLE_READ_TIMEOUT):
+                for name, value in msg.headers() or []:
+                    if name == ID_HEADER and value is not None and value.startswith(prefix):
+                        found.add(value)
+        except TimeoutError as exc:
+            raise OutputsBlocked(f"{self.transactional_id}: settling could not read its outputs ({exc}): a "
+                                 "transaction another producer left open holds back read_committed readers") from exc
         return found
 
     # ------------------------------------------------------------------ checkpoint

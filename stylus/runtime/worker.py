@@ -29,7 +29,7 @@ from stylus.runtime.faults import FaultInjector
 from stylus.runtime.gctune import tune_for_streaming
 from stylus.runtime.sink import KafkaSink, close_producer
 from stylus.runtime.stats import WorkerStats
-from stylus.runtime.transactions import TransactionalPartition, marks_client
+from stylus.runtime.transactions import OutputsBlocked, TransactionalPartition, marks_client
 from stylus.state.backup import BackupManager
 from stylus.state.kv import RocksKV
 from stylus.state.store import PartitionStore, StateMap
@@ -392,10 +392,14 @@ class Worker:
         self._assignment_settled = True  # called at the end of every rebalance, with an empty list too
         self._idle_since = None
         opened = [self._open_task(tp.topic, tp.partition) for tp in partitions]
-        for tp, task in zip(partitions, opened, strict=True):
-            self._prepare_task(task)
-            self.tasks[task.key] = task
-            tp.offset = task.next_offset if task.next_offset is not None else OFFSET_STORED
+        try:
+            for tp, task in zip(partitions, opened, strict=True):
+                self._prepare_task(task)
+                self.tasks[task.key] = task
+                tp.offset = task.next_offset if task.next_offset is not None else OFFSET_STORED
+        except OutputsBlocked as exc:
+            self._give_back(consumer, partitions, opened, exc)
+            return
         if partitions:
             log.info("%s: assigned %s", self.name,
                      ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions))
@@ -403,6 +407,26 @@ class Worker:
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
+        if partitions:
+            consumer.resume(partitions)  # in case an earlier `_give_back` left them paused
+
+    def _give_back(self, consumer: Consumer, partitions: list[TopicPartition], opened: list[PartitionTask],
+                   exc: OutputsBlocked) -> None:
+        """Exactly-once settling was blocked by another producer's open transaction (OutputsBlocked): close
+        what was opened, take the partitions paused (the client assigns them anyway once this callback
+        returns) and rejoin the group after this batch. Waiting here instead held up the whole rebalance,
+        and with it the assignment that would fence the blocking transaction (the zombie test's failure)."""
+        log.warning("%s: %s; handing the assignment back and rejoining the consumer group", self.name, exc)
+        for task in opened:
+            self.tasks[task.key] = task
+        self._drop(opened)  # their transactions hold nothing yet: aborted if begun, producers closed
+        self._assignment_settled = False
+        self._rejoin = True
+        if self._cooperative:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
+        consumer.pause(partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1

@@ -406,12 +406,15 @@ class Worker:
         if partitions:
             log.info("%s: assigned %s", self.name,
                      ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions))
+        self._assign(consumer, partitions)
+        if partitions:
+            consumer.resume(partitions)  # in case an earlier `_give_back` left them paused
+
+    def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._cooperative:
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
-        if partitions:
-            consumer.resume(partitions)  # in case an earlier `_give_back` left them paused
 
     def _give_back(self, consumer: Consumer, partitions: list[TopicPartition], opened: list[PartitionTask],
                    exc: OutputsBlocked) -> None:
@@ -425,10 +428,7 @@ class Worker:
         self._drop(opened)  # their transactions hold nothing yet: aborted if begun, producers closed
         self._assignment_settled = False
         self._rejoin = True
-        if self._cooperative:
-            consumer.incremental_assign(partitions)
-        else:
-            consumer.assign(partitions)
+        self._assign(consumer, partitions)
         consumer.pause(partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from stylus.core.message import RawMessage
 from stylus.kafka.offsets import end_offsets, topic_partitions
@@ -49,7 +49,6 @@ def read_raw(bootstrap: str, topic: str, isolation: str = "read_committed") -> l
     return read_topic(bootstrap, topic, isolation=isolation)
 
 
-
 def offset_holes(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int, list[tuple[int, int]]]:
     """Per partition, runs of more than one offset up to the end that hold no record a read_uncommitted
     reader gets, control records included: for a failure's message. A run inside the partition is offsets
@@ -57,16 +56,20 @@ def offset_holes(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int,
     number of transactional producers, is their final commit markers."""
     ends = end_offsets(bootstrap, topic_partitions(bootstrap, [topic]))
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"holes-{uuid.uuid4().hex[:8]}",
-                         "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+                         "enable.auto.commit": False, "isolation.level": "read_uncommitted",
+                         "enable.partition.eof": True})
     seen: dict[int, list[int]] = {p: [] for (_, p), (low, high) in ends.items() if high > low}
     consumer.assign([TopicPartition(topic, p, ends[(topic, p)][0]) for p in seen])
+    reading = set(seen)  # until each partition's end is reached (offsets that hold nothing never arrive)
     deadline = time.monotonic() + timeout
     try:
-        while time.monotonic() < deadline and any(
-                not offs or offs[-1] < ends[(topic, p)][1] - 1 for p, offs in seen.items()):
+        while reading and time.monotonic() < deadline:
             for m in consumer.consume(1000, 0.2):
-                if m.error() is None:
+                err = m.error()
+                if err is None:
                     seen[m.partition()].append(m.offset())
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    reading.discard(m.partition())
     finally:
         consumer.close()
     holes = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import orjson
@@ -23,6 +24,8 @@ from stylus.eventtime.tracker import WatermarkTracker
 from stylus.serde import decoder, encode_key, encoder
 
 _JSON_ENCODE = encoder("json")  # orjson.dumps, retried with an option for non-str dict keys
+#: `record.headers` of a record without headers (most): one shared read-only mapping, not a dict per record
+NO_HEADERS: Mapping[str, bytes] = MappingProxyType({})
 
 
 class StopProcessing(Exception):
@@ -204,6 +207,7 @@ class Engine:
         direct: DirectOutput | None = None  # the current partition's sink offers the hot path
         stamp_owner: Any = None  # the sink whose ids `ctx.emit` stamps (DirectOutput.stamp)
         produce: Any = None
+        hold: Any = None  # the sink's held output while it holds (DirectOutput.hold): items are appended there
         emitted = 0  # outputs produced through `direct` since it was chosen (its sink's counter)
         count = 0
         dedup = self.dedup
@@ -234,6 +238,7 @@ class Engine:
                         ctx._encode_any = encode or _JSON_ENCODE
                         ctx._encode = orjson.dumps if encode is _JSON_ENCODE else encode
                         produce = direct.produce if direct is not None else None
+                        hold = direct.hold if direct is not None else None
                         if direct is not None and direct.stamp is not None:
                             ctx._stamp_name, ctx._stamp = direct.stamp
                             stamp_owner = direct.owner
@@ -275,7 +280,7 @@ class Engine:
                 record.topic = topic
                 record.partition = partition
                 record.offset = offset
-                record.headers = dict(raw_headers) if raw_headers else {}
+                record.headers = dict(raw_headers) if raw_headers else NO_HEADERS
                 if track_time:
                     if field is not None and type(value) is dict and type(event_time := value.get(field)) is int:
                         pass  # the common case, without a call
@@ -301,11 +306,14 @@ class Engine:
                     process(record, ctx)
                     if pending:  # the record succeeded: its outputs go out, in order
                         if produce is not None:
-                            for item in pending:
-                                try:
-                                    produce(*item)
-                                except BufferError:  # the producer's queue is full: wait for room
-                                    direct.retry(item)  # type: ignore[union-attr]
+                            if hold is not None:  # held until the checkpoint: one list extend per record
+                                hold += pending
+                            else:
+                                for item in pending:
+                                    try:
+                                        produce(*item)
+                                    except BufferError:  # the producer's queue is full: wait for room
+                                        direct.retry(item)  # type: ignore[union-attr]
                             emitted += len(pending)
                             if stamp_owner is not None:  # its next own id continues after these (_next_id)
                                 stamp_owner._origin, stamp_owner._index = offset, len(pending) - 1

@@ -15,7 +15,9 @@ class Sink(Protocol):
 class DirectOutput(NamedTuple):
     """A sink's offer to skip its own `__call__` on the hot path (KafkaSink.direct): `ctx.emit` encodes at
     once (a value that cannot be encoded fails its record before anything is produced) and the engine
-    passes each item, the positional arguments of `produce`, to `produce` once the record has succeeded."""
+    passes each item, the positional arguments of `produce`, to `produce` once the record has succeeded,
+    or, while the sink holds its output (`hold`), appends the items to that list for the sink to produce
+    later: held output costs no more per record than output produced at once."""
 
     encoders: Mapping[str, Callable[[Any], bytes]]  # by output topic
     headers: Callable[[Any], Any]  # checks emitted headers (raises for ones the client cannot take)
@@ -27,6 +29,8 @@ class DirectOutput(NamedTuple):
     # producer's): no Python call per output. The engine leaves the owner's `_origin`/`_index` as the sink's
     # own stamping would have (a dead letter or late record stamped by the sink continues from there).
     stamp: tuple[str, bytes] | None = None
+    # the sink's held output (a checkpoint in flight, or at-most-once output): items go here, not to `produce`
+    hold: list[tuple[Any, ...]] | None = None
 
 
 class Output:

@@ -11,7 +11,9 @@ from stylus.config.model import Pipeline
 from stylus.core.sink import DirectOutput
 from stylus.serde import encoder
 
-Pending = tuple[str, bytes | None, bytes | None, int, Any]
+#: A held output: the positional arguments of `produce` (topic, value, key, partition, callback, on_delivery,
+#: timestamp[, headers]), as the engine's direct path builds them (DirectOutput), so it can hold them as they are.
+Pending = tuple[Any, ...]
 
 
 class DeliveryFailed(RuntimeError):
@@ -44,8 +46,8 @@ class KafkaSink:
     """Encodes by the output topic's serde and hands records to the producer.
 
     With `hold=True` (at-most-once output) encoded records wait in memory until `release()`,
-    which the checkpoint calls after it has saved the offsets. While output flows straight to the
-    producer, the engine may bypass `__call__` (`direct()`). `produce` is called positionally: keyword
+    which the checkpoint calls after it has saved the offsets. The engine may bypass `__call__` (`direct()`),
+    whether output flows straight to the producer or is held. `produce` is called positionally: keyword
     arguments cost confluent-kafka ~0.3 us per call (measured), a third of the call.
     """
 
@@ -71,7 +73,7 @@ class KafkaSink:
         checked = clean_headers(headers, repair=False) if headers else None
         self.emitted += 1
         if self.hold or self.paused:
-            self.held.append((topic, data, raw_key, timestamp, checked))
+            self.held.append((topic, data, raw_key, -1, None, None, timestamp, checked))
             return
         try:  # one produce call (topic, value, key, partition, callback, on_delivery, timestamp, headers)
             self.producer.produce(topic, data, raw_key, -1, None, None, timestamp, checked)
@@ -80,15 +82,16 @@ class KafkaSink:
 
     def direct(self) -> DirectOutput | None:
         """The engine's hot path (stylus/core/engine.py): it encodes in `ctx.emit` and produces a record's
-        outputs itself once the record succeeded, exactly as `__call__` would. None while output is held,
-        and for a subclass that stamps or routes its output (TransactionalSink)."""
+        outputs itself once the record succeeded, exactly as `__call__` would, or appends them to `held`
+        while output is held. None for a subclass that stamps or routes its output (TransactionalSink)."""
         plain = type(self).__call__ is KafkaSink.__call__ and type(self).send is KafkaSink.send
-        if self.hold or self.paused or not plain:
+        if not plain:
             return None
-        return DirectOutput(self.encoders, _checked_headers, self.producer.produce, self._produce_item, self)
+        return DirectOutput(self.encoders, _checked_headers, self.producer.produce, self._produce_item, self,
+                            hold=self.held if self.hold or self.paused else None)
 
-    def _produce_item(self, item: tuple[Any, ...]) -> None:
-        """A direct item (the positional arguments of `produce`) whose produce met a full queue."""
+    def _produce_item(self, item: Pending) -> None:
+        """A direct or held item (the positional arguments of `produce`) whose produce met a full queue."""
         topic, value, key, _partition, _callback, _on_delivery, timestamp, *headers = item
         self._produce(topic, value, key, timestamp, headers[0] if headers else None)
 
@@ -100,7 +103,7 @@ class KafkaSink:
             headers = clean_headers(headers, repair=True)
         self.emitted += 1
         if self.hold or self.paused:
-            self.held.append((topic, value, key, timestamp, headers))
+            self.held.append((topic, value, key, -1, None, None, timestamp, headers or None))
             return
         self._produce(topic, value, key, timestamp, headers)
 
@@ -125,11 +128,11 @@ class KafkaSink:
     def produce_all(self, records: list[Pending]) -> None:
         """Held records, in order: one produce call each, the retry loop only when the queue is full."""
         produce = self.producer.produce
-        for topic, value, key, timestamp, headers in records:
+        for item in records:
             try:
-                produce(topic, value, key, -1, None, None, timestamp, headers or None)
+                produce(*item)
             except BufferError:
-                self._produce(topic, value, key, timestamp, headers)
+                self._produce_item(item)
 
     def release(self) -> None:
         """Produce everything held back."""

@@ -138,7 +138,7 @@ class TransactionalSink(KafkaSink):
         self.emitted += 1
         self.journal.append((topic, value, key, timestamp, stamped))
         if self.paused:  # a checkpoint (this transaction's commit) is in flight: wait for the next one
-            self.held.append((topic, value, key, timestamp, stamped))
+            self.held.append((topic, value, key, -1, None, None, timestamp, stamped))
             return
         try:  # positional: (topic, value, key, partition, callback, on_delivery, timestamp, headers)
             self.producer.produce(topic, value, key, -1, None, None, timestamp, stamped)
@@ -147,12 +147,14 @@ class TransactionalSink(KafkaSink):
 
     def direct(self) -> DirectOutput | None:
         """The engine's hot path (KafkaSink.direct): the engine encodes, stamps the id (`_record_id` % (offset,
-        emit index), DirectOutput.stamp) and calls the producer itself once a record succeeded: no Python call
-        per output. Not while output is held, nor while ids are to be skipped."""
-        if self.paused or self.skip:
+        emit index), DirectOutput.stamp) and calls the producer itself once a record succeeded, or appends the
+        items to `held` while this transaction's commit is in flight: no Python call per output. Not while
+        ids are to be skipped. A record's outputs are not journaled (`journal`): the checkpoint that commits
+        them has input progress (the record's own offset), so its snapshot never needs them."""
+        if self.skip:
             return None
         return DirectOutput(self.encoders, _repaired_headers, self.producer.produce, self._produce_item, self,
-                            (ID_HEADER, self._record_id))
+                            (ID_HEADER, self._record_id), self.held if self.paused else None)
 
     def take_journal(self) -> list[tuple[str, bytes | None, bytes | None, int, list[tuple[str, Any]]]]:
         journal, self.journal = self.journal, []

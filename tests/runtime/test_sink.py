@@ -75,16 +75,49 @@ def test_direct_output_is_atomic_ordered_and_counted(bootstrap: str, topic_facto
     assert engine.process_messages(msgs, lambda t, p: task) == 5
     assert failed == [1, 3] and sink.emitted == 6
     assert task.state is not None and task.state["k"] == 3  # the failing records' writes were undone
-    sink.paused = True  # a checkpoint in flight: the engine takes the sink's own (holding) path
-    engine.process_messages([RawMessage("src", 0, 5, b"k", orjson.dumps({"n": 5}), 1005)], lambda t, p: task)
-    assert sink.held_count == 2 and sink.emitted == 8
+    sink.paused = True  # a checkpoint in flight: the engine holds the items in the sink's list
+    held = [RawMessage("src", 0, 5, b"k", orjson.dumps({"n": 5}), 1005),
+            RawMessage("src", 0, 6, b"k", orjson.dumps({"n": 6, "fail": True}), 1006)]
+    engine.process_messages(held, lambda t, p: task)
+    sink.send(topic, b"dead letter", b"d", 7, [("why", b"x")])  # the sink's own path, held in the same order
+    engine.process_messages([RawMessage("src", 0, 7, b"k", orjson.dumps({"n": 7}), 1007)], lambda t, p: task)
+    assert failed == [1, 3, 6] and sink.held_count == 5 and sink.emitted == 11
+    sink.producer.flush(10)
+    assert len(read_raw(bootstrap, topic)) == 6  # nothing held was produced
     sink.resume()
     sink.flush(10)
-    out = [(m.key(), orjson.loads(m.value()), m.timestamp()[1], m.headers()) for m in read_raw(bootstrap, topic)]
-    expected = []
-    for n in (0, 2, 4, 5):
+    out = [(m.key(), orjson.loads(m.value()) if m.key() != b"d" else m.value(), m.timestamp()[1], m.headers())
+           for m in read_raw(bootstrap, topic)]
+    expected: list[tuple[Any, ...]] = []
+    for n in (0, 2, 4, 5, 7):
         expected += [(b"k", {"n": n}, 1000 + n, None), (b"other", {"n": n, "again": True}, 5, [("h", b"1")])]
+    expected.insert(8, (b"d", b"dead letter", 7, [("why", b"x")]))
     assert out == expected
+
+
+def test_at_most_once_output_is_held_by_the_engine_until_released(
+        bootstrap: str, topic_factory: Callable[..., str]) -> None:
+    """A holding sink (at-most-once output) is still the engine's direct path: the record's encoded outputs
+    wait in `held` (one list extend per record), reach Kafka only on release, and a failing record's never."""
+    topic = topic_factory("held")
+    pipeline = parse_pipeline(f"pipeline: s\ntopics: {{src: {{}}, {topic}: {{}}}}\nprocessors:\n"
+                              f"  p: {{class: 'a.b:C', inputs: [src], outputs: [{topic}], "
+                              f"semantics: {{state: exactly_once, output: at_most_once}}}}\n")
+    sink = KafkaSink(Producer({"bootstrap.servers": bootstrap}), pipeline, (topic,), hold=True)
+    assert sink.direct() is not None and sink.direct().hold is sink.held  # type: ignore[union-attr]
+    failed: list[int] = []
+    engine = Engine(EmitThenFail(), "p", pipeline.processors["p"], pipeline, sink,
+                    lambda msg, exc, stage, task: failed.append(msg.offset()))
+    task = PartitionTask("src", 0, PartitionStore(MemoryKV()))
+    msgs = [RawMessage("src", 0, i, b"k", orjson.dumps({"n": i, "fail": i == 1}), 1000 + i) for i in range(3)]
+    engine.process_messages(msgs, lambda t, p: task)
+    assert failed == [1] and sink.held_count == 4 and sink.emitted == 4
+    sink.producer.flush(10)
+    assert read_raw(bootstrap, topic) == []
+    sink.release()
+    sink.flush(10)
+    assert [(m.key(), orjson.loads(m.value())["n"]) for m in read_raw(bootstrap, topic)] == [
+        (b"k", 0), (b"other", 0), (b"k", 2), (b"other", 2)]
 
 
 def test_only_ids_that_processing_can_emit_again_stay_in_the_skip_set() -> None:

@@ -104,6 +104,11 @@ class Run:
     load: float  # 1-minute load average at the end
     batch_seconds: float = 0.0  # the worker's time in its engine (batches processed), whole run
     proxy_cpu_us: float = 0.0  # CPU time of the latency proxy's process per record (--broker-latency)
+    # cpu_us split into user and kernel time. The kernel part is mostly page faults (glibc and pymalloc give
+    # freed memory back and touch it again; ~2-4 us each in this VM): 0.2-4.9 s per 1M-record run, the least
+    # steady part of the run (BENCHMARKS.md, issue 3), so user time compares configurations more steadily.
+    user_us: float = 0.0
+    sys_us: float = 0.0
 
 
 def _quantile(timing: Timing, q: float) -> float:
@@ -133,20 +138,24 @@ def run_worker(bootstrap: str, topic_in: str, records: int, cls: str, state: str
     }))
     create_topics(bootstrap, {topic_out: TopicSpec(partitions=PARTITIONS)})
     seen: list[Worker] = []
-    cpu, proxy_cpu = time.process_time(), proxy.cpu_seconds() if proxy else 0.0
+    cpu, proxy_cpu, times = time.process_time(), proxy.cpu_seconds() if proxy else 0.0, os.times()
     rate = time_worker(pipeline, "p", bootstrap, records, after=seen.append)
     cpu, proxy_cpu = time.process_time() - cpu, (proxy.cpu_seconds() - proxy_cpu if proxy else 0.0)
+    ended = os.times()
     delete_topics(bootstrap, [topic_out])
     timing = seen[0].stats.checkpoint
     return Run(rate, cpu / records * 1e6, timing.count, timing.total, _quantile(timing, 0.5),
-               _quantile(timing, 0.9), os.getloadavg()[0], seen[0].stats.batch.total, proxy_cpu / records * 1e6)
+               _quantile(timing, 0.9), os.getloadavg()[0], seen[0].stats.batch.total, proxy_cpu / records * 1e6,
+               (ended.user - times.user) / records * 1e6, (ended.system - times.system) / records * 1e6)
 
 
 def _summary(name: str, runs: list[Run]) -> dict[str, object]:
     rates = [r.rate for r in runs]
     best = max(runs, key=lambda r: r.rate)
     print(f"  {name:40} best {best.rate:>9,.0f}/s  median {statistics.median(rates):>9,.0f}/s  "
-          f"cpu {statistics.median(r.cpu_us for r in runs):5.1f} us/rec  checkpoints {best.checkpoints} "
+          f"cpu {statistics.median(r.cpu_us for r in runs):5.1f} us/rec (user "
+          f"{statistics.median(r.user_us for r in runs):.1f}, system {statistics.median(r.sys_us for r in runs):.1f})  "
+          f"checkpoints {best.checkpoints} "
           f"(mean {1000 * best.checkpoint_seconds / max(best.checkpoints, 1):.1f} ms, "
           f"p50 <= {1000 * best.checkpoint_p50:g} ms, p90 <= {1000 * best.checkpoint_p90:g} ms)  "
           f"load {', '.join(f'{r.load:.1f}' for r in runs)}", flush=True)
@@ -248,6 +257,12 @@ def main() -> None:
                 for kind in ("best", "median"):
                     cost = 1 - summaries[eo][kind] / summaries[alo][kind]  # type: ignore[operator]
                     print(f"exactly-once costs {cost:.1%} against at-least-once ({kind})")
+                def per_record(name: str, kind: str) -> float:
+                    return statistics.median(getattr(r, f"{kind}_us") for r in runs[name])
+
+                extra = {kind: per_record(eo, kind) / per_record(alo, kind) - 1 for kind in ("user", "cpu")}
+                print(f"exactly-once takes {extra['cpu']:.1%} more CPU per record ({extra['user']:.1%} more user "
+                      "CPU; medians)")
         if args.only in ("all", "figure9"):
             results |= figure9(bootstrap, heavy, tmp, args, proxy)
     if args.json:

@@ -36,7 +36,15 @@ from stylus.state.store import PartitionStore, StateMap
 
 log = logging.getLogger(__name__)
 
-MAX_HELD_OUTPUT = 200_000  # at-most-once output held in memory forces an early checkpoint past this
+#: Held output past this waits for the checkpoint in flight (backpressure), and a checkpoint is taken early.
+MAX_HELD_OUTPUT = 200_000
+#: At-most-once output waits in memory for the checkpoint that releases it: it takes the place of
+#: MAX_HELD_OUTPUT for a worker whose output is held so (a checkpoint as soon as this many records are held,
+#: and the worker waits for the one in flight past it). Kept small: held records released in bulk hand their
+#: memory back to the kernel, and the next ones fault it in again page by page (1M-record Counter Node runs:
+#: 134-146k records/s and 3.0-3.3 s of kernel time at 200,000; 222-224k records/s and 0.5 s at 20,000.
+#: BENCHMARKS.md, issue 3). It also bounds what a crash loses and how long output waits.
+AT_MOST_ONCE_BATCH = 20_000
 #: Producers report failed deliveries only (`delivery.report.only.error`): serving them this often, not after
 #: every batch, spares the worker a GIL release and reacquire per producer per loop.
 POLL_INTERVAL = 0.05
@@ -146,9 +154,10 @@ class Worker:
                 if self.engine.track_time and self.tasks:
                     self.event_time.tick(self.tasks.values())
                 held = sum(sink.held_count for sink in self._sinks())
+                limit = AT_MOST_ONCE_BATCH if self.sink.hold else MAX_HELD_OUTPUT
                 if self.inflight is not None:  # too much held output waits for the checkpoint (backpressure)
-                    self._await_inflight(block=held > MAX_HELD_OUTPUT)
-                if self.inflight is None and (now >= next_checkpoint or held > MAX_HELD_OUTPUT):
+                    self._await_inflight(block=held > limit)
+                if self.inflight is None and (now >= next_checkpoint or held > limit or self._release_now(held)):
                     if self.overlap:
                         self._checkpoint_in_background()
                     else:
@@ -197,6 +206,11 @@ class Worker:
     def duplicates(self) -> int:
         """Input records dropped as repeats by `dedup` (stylus/core/dedup.py); they count in `processed`."""
         return self.engine.dedup.dropped if self.engine.dedup is not None else 0
+
+    def _release_now(self, held: int) -> bool:
+        """At-most-once output is held while every partition is at its end: nothing more is coming to share
+        its checkpoint, so the checkpoint that releases it does not wait for the interval."""
+        return bool(held) and self.sink.hold and bool(self.tasks) and all(t.at_eof for t in self.tasks.values())
 
     def _idle(self, now: float) -> bool:
         assert self.exit_when_idle is not None

@@ -35,7 +35,9 @@ class Echo(Processor):
 def test_overlapped_commit_is_settled_without_waiting_on_itself(
         bootstrap: str, topic_factory: Callable[..., str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         state: str) -> None:
-    monkeypatch.setattr(worker_module, "MAX_HELD_OUTPUT", 40)  # the worker often waits for the checkpoint
+    # the worker often waits for the checkpoint (at-most-once output's own limit is AT_MOST_ONCE_BATCH)
+    monkeypatch.setattr(worker_module, "MAX_HELD_OUTPUT", 40)
+    monkeypatch.setattr(worker_module, "AT_MOST_ONCE_BATCH", 40)
     topic_in, topic_out = topic_factory("ovl-in", PARTITIONS), topic_factory("ovl-out", PARTITIONS)
     pipeline = parse_pipeline(json.dumps({
         "pipeline": f"ovl-{state}", "kafka": {"bootstrap.servers": bootstrap},
@@ -73,3 +75,41 @@ def test_overlapped_commit_is_settled_without_waiting_on_itself(
         consumer.close()
     ends = end_offsets(bootstrap, [(topic_in, p) for p in range(PARTITIONS)])
     assert {(tp.topic, tp.partition): tp.offset for tp in committed} == {tp: high for tp, (_, high) in ends.items()}
+
+
+@pytest.mark.parametrize(("output", "batch", "early"), [
+    ("at_most_once", 100, True), ("at_most_once", None, False), ("at_least_once", 100, False)])
+def test_held_at_most_once_output_is_released_by_batch_and_at_the_end(
+        bootstrap: str, topic_factory: Callable[..., str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        output: str, batch: int | None, early: bool) -> None:
+    """At-most-once output waits in memory for its checkpoint: once AT_MOST_ONCE_BATCH records are held the
+    worker takes one without waiting for the interval (an hour here), and waits for it before holding more;
+    once every partition is at its end, the rest is released at once (so an idle worker can stop). Output
+    not held until the checkpoint (at-least-once) is no reason to checkpoint."""
+    if batch is not None:
+        monkeypatch.setattr(worker_module, "AT_MOST_ONCE_BATCH", batch)
+    topic_in, topic_out = topic_factory("amo-in", PARTITIONS), topic_factory("amo-out", PARTITIONS)
+    pipeline = parse_pipeline(json.dumps({
+        "pipeline": f"amo-{output}", "kafka": {"bootstrap.servers": bootstrap},
+        "topics": {topic_in: {"partitions": PARTITIONS}, topic_out: {"partitions": PARTITIONS}},
+        "processors": {"p": {"class": "tests.runtime.test_overlap_commit:Echo", "inputs": [topic_in],
+                             "outputs": [topic_out], "batch_size": 50,
+                             "semantics": {"state": "exactly_once", "output": output},
+                             "checkpoint": {"interval": "1h"}, "state": {"dir": str(tmp_path / "state")}}},
+    }))
+    produce(bootstrap, topic_in, [(f"k{i % 7}", {"i": i}) for i in range(RECORDS)])
+    stop = threading.Event()
+    worker = Worker(pipeline, "p", bootstrap, stop=stop, exit_when_idle=1.0)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    thread.join(60)
+    stopped_by_itself = not thread.is_alive()
+    stop.set()  # held output keeps a worker from ever being idle
+    thread.join(30)
+    assert stopped_by_itself, "the worker held its output until told to stop"
+    sources = [doc["src"] for doc in read_json(bootstrap, topic_out)]
+    assert len(sources) == len(set(sources)) == RECORDS
+    if early:  # ~one per 100 records: the worker waits for each before holding past the batch
+        assert worker.checkpoints >= RECORDS // 300
+    else:  # released when the input ran out (at-most-once), or only by the final checkpoint
+        assert worker.checkpoints <= 3

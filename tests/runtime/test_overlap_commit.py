@@ -11,12 +11,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from stylus import Context, Processor, Record
 from stylus.config import parse_pipeline
+from stylus.config.model import Pipeline
 from stylus.kafka.offsets import end_offsets
 from stylus.runtime import worker as worker_module
 from stylus.runtime.worker import Worker
@@ -31,6 +33,21 @@ class Echo(Processor):
         ctx.emit({"src": f"{record.partition}:{record.offset}"}, key=record.key)
 
 
+def echo_pipeline(bootstrap: str, topic_factory: Callable[..., str], tmp_path: Path, name: str, batch_size: int,
+                  semantics: dict[str, str], checkpoint: dict[str, Any]) -> tuple[Pipeline, str, str]:
+    """`Echo` from a new input topic holding RECORDS records to a new output topic: (pipeline, input, output)."""
+    topic_in, topic_out = topic_factory(f"{name}-in", PARTITIONS), topic_factory(f"{name}-out", PARTITIONS)
+    pipeline = parse_pipeline(json.dumps({
+        "pipeline": name, "kafka": {"bootstrap.servers": bootstrap},
+        "topics": {topic_in: {"partitions": PARTITIONS}, topic_out: {"partitions": PARTITIONS}},
+        "processors": {"p": {"class": "tests.runtime.test_overlap_commit:Echo", "inputs": [topic_in],
+                             "outputs": [topic_out], "batch_size": batch_size, "semantics": semantics,
+                             "checkpoint": checkpoint, "state": {"dir": str(tmp_path / "state")}}},
+    }))
+    produce(bootstrap, topic_in, [(f"k{i % 7}", {"i": i}) for i in range(RECORDS)])
+    return pipeline, topic_in, topic_out
+
+
 @pytest.mark.parametrize("state", ["at_most_once", "exactly_once"])
 def test_overlapped_commit_is_settled_without_waiting_on_itself(
         bootstrap: str, topic_factory: Callable[..., str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -38,17 +55,9 @@ def test_overlapped_commit_is_settled_without_waiting_on_itself(
     # the worker often waits for the checkpoint (at-most-once output's own limit is AT_MOST_ONCE_BATCH)
     monkeypatch.setattr(worker_module, "MAX_HELD_OUTPUT", 40)
     monkeypatch.setattr(worker_module, "AT_MOST_ONCE_BATCH", 40)
-    topic_in, topic_out = topic_factory("ovl-in", PARTITIONS), topic_factory("ovl-out", PARTITIONS)
-    pipeline = parse_pipeline(json.dumps({
-        "pipeline": f"ovl-{state}", "kafka": {"bootstrap.servers": bootstrap},
-        "topics": {topic_in: {"partitions": PARTITIONS}, topic_out: {"partitions": PARTITIONS}},
-        "processors": {"p": {"class": "tests.runtime.test_overlap_commit:Echo", "inputs": [topic_in],
-                             "outputs": [topic_out], "batch_size": 25,
-                             "semantics": {"state": state, "output": "at_most_once"},
-                             "checkpoint": {"interval": "5ms", "overlap": True},
-                             "state": {"dir": str(tmp_path / "state")}}},
-    }))
-    produce(bootstrap, topic_in, [(f"k{i % 7}", {"i": i}) for i in range(RECORDS)])
+    pipeline, topic_in, topic_out = echo_pipeline(
+        bootstrap, topic_factory, tmp_path, f"ovl-{state}", 25, {"state": state, "output": "at_most_once"},
+        {"interval": "5ms", "overlap": True})
     worker = Worker(pipeline, "p", bootstrap, exit_when_idle=1.0)
     errors: list[BaseException] = []
 
@@ -88,16 +97,9 @@ def test_held_at_most_once_output_is_released_by_batch_and_at_the_end(
     not held until the checkpoint (at-least-once) is no reason to checkpoint."""
     if batch is not None:
         monkeypatch.setattr(worker_module, "AT_MOST_ONCE_BATCH", batch)
-    topic_in, topic_out = topic_factory("amo-in", PARTITIONS), topic_factory("amo-out", PARTITIONS)
-    pipeline = parse_pipeline(json.dumps({
-        "pipeline": f"amo-{output}", "kafka": {"bootstrap.servers": bootstrap},
-        "topics": {topic_in: {"partitions": PARTITIONS}, topic_out: {"partitions": PARTITIONS}},
-        "processors": {"p": {"class": "tests.runtime.test_overlap_commit:Echo", "inputs": [topic_in],
-                             "outputs": [topic_out], "batch_size": 50,
-                             "semantics": {"state": "exactly_once", "output": output},
-                             "checkpoint": {"interval": "1h"}, "state": {"dir": str(tmp_path / "state")}}},
-    }))
-    produce(bootstrap, topic_in, [(f"k{i % 7}", {"i": i}) for i in range(RECORDS)])
+    pipeline, _, topic_out = echo_pipeline(
+        bootstrap, topic_factory, tmp_path, f"amo-{output}", 50, {"state": "exactly_once", "output": output},
+        {"interval": "1h"})
     stop = threading.Event()
     worker = Worker(pipeline, "p", bootstrap, stop=stop, exit_when_idle=1.0)
     thread = threading.Thread(target=worker.run, daemon=True)

@@ -149,13 +149,17 @@ def run_worker(bootstrap: str, topic_in: str, records: int, cls: str, state: str
                (ended.user - times.user) / records * 1e6, (ended.system - times.system) / records * 1e6)
 
 
+def _median_us(runs: list[Run], kind: str) -> float:
+    """Median CPU per record of `kind`: cpu (user + system), user or sys."""
+    return statistics.median(getattr(r, f"{kind}_us") for r in runs)
+
+
 def _summary(name: str, runs: list[Run]) -> dict[str, object]:
     rates = [r.rate for r in runs]
     best = max(runs, key=lambda r: r.rate)
     print(f"  {name:40} best {best.rate:>9,.0f}/s  median {statistics.median(rates):>9,.0f}/s  "
-          f"cpu {statistics.median(r.cpu_us for r in runs):5.1f} us/rec (user "
-          f"{statistics.median(r.user_us for r in runs):.1f}, system {statistics.median(r.sys_us for r in runs):.1f})  "
-          f"checkpoints {best.checkpoints} "
+          f"cpu {_median_us(runs, 'cpu'):5.1f} us/rec (user {_median_us(runs, 'user'):.1f}, "
+          f"system {_median_us(runs, 'sys'):.1f})  checkpoints {best.checkpoints} "
           f"(mean {1000 * best.checkpoint_seconds / max(best.checkpoints, 1):.1f} ms, "
           f"p50 <= {1000 * best.checkpoint_p50:g} ms, p90 <= {1000 * best.checkpoint_p90:g} ms)  "
           f"load {', '.join(f'{r.load:.1f}' for r in runs)}", flush=True)
@@ -257,10 +261,7 @@ def main() -> None:
                 for kind in ("best", "median"):
                     cost = 1 - summaries[eo][kind] / summaries[alo][kind]  # type: ignore[operator]
                     print(f"exactly-once costs {cost:.1%} against at-least-once ({kind})")
-                def per_record(name: str, kind: str) -> float:
-                    return statistics.median(getattr(r, f"{kind}_us") for r in runs[name])
-
-                extra = {kind: per_record(eo, kind) / per_record(alo, kind) - 1 for kind in ("user", "cpu")}
+                extra = {kind: _median_us(runs[eo], kind) / _median_us(runs[alo], kind) - 1 for kind in ("user", "cpu")}
                 print(f"exactly-once takes {extra['cpu']:.1%} more CPU per record ({extra['user']:.1%} more user "
                       "CPU; medians)")
         if args.only in ("all", "figure9"):

@@ -8,10 +8,14 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 
 install: $(STAMP) .venv/.debs
 
-$(STAMP): pyproject.toml
+# the runtime dependencies at the versions the image pins (docker/*.lock): the same on every machine,
+# whatever the package index has published since
+LOCKS   := docker/requirements.lock docker/requirements-spark.lock
+
+$(STAMP): pyproject.toml $(LOCKS)
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' $(addprefix -c ,$(LOCKS))
 	touch $(STAMP)
 
 .venv/.debs: scripts/install-debs.sh

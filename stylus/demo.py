@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from stylus.config import load_pipeline
 from stylus.config.model import Pipeline
@@ -66,9 +66,11 @@ class Board:
         self.consumer = Consumer(connect(bootstrap, **{
             "group.id": f"stylus-demo-board-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False, "fetch.wait.max.ms": 50, "fetch.queue.backoff.ms": 10,
-            "isolation.level": "read_committed",
+            "isolation.level": "read_committed", "auto.offset.reset": "earliest",
         }))
-        self.consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        # from offset 0, not OFFSET_BEGINNING: the embedded broker's earliest offset can be too high
+        # (docs/faults.md); on Kafka, 0 below the log start resets to the real start
+        self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         self.latest: dict[str, dict[str, Any]] = {}
         self.received = 0
 

@@ -89,6 +89,7 @@ def pipeline_factory(tmp_path: Path, bootstrap: str) -> Iterator[PipelineFactory
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         made_topics.extend(rename.values())
         made_topics.extend(f"{doc['pipeline']}.{p}.dlq" for p in procs)
+        made_topics.append(f"{doc['pipeline']}.txn-probe")
         return path, load_pipeline(path)
 
     yield make

@@ -56,6 +56,9 @@ class TaskOutput:
         if self.collect:
             self.collected.append((topic, key, _json(value), timestamp))
 
+    def serve(self) -> None:
+        """Between batches: hand back what the client is holding for us (delivery reports)."""
+
     def close(self) -> None:
         """The unit is done: finish what it wrote (files, counts)."""
 
@@ -180,6 +183,13 @@ class TopicOutput(TaskOutput):
                 return
             except BufferError:
                 self.producer.poll(0.05)
+
+    def serve(self) -> None:
+        """librdkafka keeps every produced record until its delivery report is served, reported or not
+        (`delivery.report.only.error` drops the successful ones only when served): unserved, a task held its
+        whole output (500,000 records here, ~150 MB), then met a full queue and waited 50 ms polling, and the
+        bulk release cost page faults. The stream's worker serves its producer the same way per batch."""
+        self.producer.poll(0)
 
     def close(self) -> None:
         if self.emitted:

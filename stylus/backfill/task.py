@@ -122,6 +122,7 @@ class UnitRun:
                 if self.first is None:
                     self.first = time.time()
                 self.read += engine.process_messages(batch, self._task_for)  # control records not counted
+                output.serve()
                 if engine.track_time:
                     # the stream's own estimator (upstream control records, lateness, floors), never idle:
                     # `at_eof` stays False, as for a stream that has not yet waited out `idle_timeout`

@@ -50,6 +50,11 @@ class TopicSpec(Frozen):
 class Semantics(Frozen):
     state: Mode | None = None
     output: Mode = "at_least_once"
+    # exactly-once output: whether every record output carries its `stylus.id` header. `auto`: only where
+    # the cluster shows aborted transactional records (the embedded broker; probed once, stylus/kafka/txnprobe.py)
+    # or where a restore from a state backup places timers by them; `never` skips the probe (a cluster known to
+    # hide aborted records). Timer, dead-letter and late outputs always carry it (docs/semantics.md).
+    output_ids: Literal["auto", "always", "never"] = "auto"
 
     @model_validator(mode="after")
     def _valid_pair(self) -> Semantics:
@@ -61,6 +66,11 @@ class Semantics(Frozen):
                 "exactly-once; at-most-once state skips input, so its output cannot be at-least-once or "
                 "exactly-once",
                 f"use one of {pairs}",
+            )
+        if self.output_ids != "auto" and self.output != "exactly_once":
+            raise FixableError(
+                f"output_ids applies to exactly-once output only; this output is {self.output}",
+                "remove `output_ids`, or set `output: exactly_once`",
             )
         return self
 
@@ -116,8 +126,8 @@ class DedupSpec(Frozen):
     """Drop input records whose id was already seen inside `window` of record time (stylus/core/dedup.py)."""
 
     window: Duration = Field(gt=0)
-    # the producer-set id header (exactly-once outputs carry `stylus.id`); records without it, or all
-    # records when null, are identified by key + a hash of the value bytes
+    # the producer-set id header (exactly-once outputs carry `stylus.id`: see Semantics.output_ids); records
+    # without it, or all records when null, are identified by key + a hash of the value bytes
     header: str | None = Field("stylus.id", min_length=1)
     expected_ids: int = Field(100_000, ge=1, le=1_000_000_000)  # ids per partition per window: Bloom sizing
     fp_rate: float = Field(0.01, gt=0.0, lt=0.5)  # Bloom false positives (each costs an exact state lookup)

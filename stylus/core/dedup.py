@@ -2,7 +2,8 @@
 
 `dedup: {window: 10m}` on a processor drops an input record whose id was already handled within
 `window` of its record timestamp on the same input partition. The id is the producer-set header
-(`dedup.header`, default `stylus.id`, which exactly-once outputs carry), else the record key plus a
+(`dedup.header`, default `stylus.id`, which exactly-once outputs carry where recovery needs it, or
+with `semantics.output_ids: always`), else the record key plus a
 hash of the value bytes. Ids are 16-byte blake2b digests; a Bloom filter answers "definitely new"
 for most records, and a positive is settled by the exact seen-set in the partition's state
 (stylus/state/seen.py), which every checkpoint saves together with the state and the offsets.

@@ -14,7 +14,7 @@ from stylus.api import Processor, Record
 from stylus.config.model import Pipeline, ProcessorSpec
 from stylus.core.dedup import DedupFilter
 from stylus.core.message import RawMessage
-from stylus.core.sink import DirectOutput, Sink
+from stylus.core.sink import DirectOutput, Sink, refuse_oversized
 from stylus.core.task import NO_TIME, PartitionTask
 from stylus.eventtime.clock import META_KEY, clock_of
 from stylus.eventtime.control import decode as decode_control
@@ -307,6 +307,7 @@ class Engine:
                     if pending:  # the record succeeded: its outputs go out, in order
                         if produce is not None:
                             if hold is not None:  # held until the checkpoint: one list extend per record
+                                refuse_oversized(pending, direct.max_bytes)  # type: ignore[union-attr]
                                 hold += pending
                             else:
                                 for item in pending:

@@ -12,6 +12,30 @@ class Sink(Protocol):
     ) -> None: ...
 
 
+#: librdkafka's own default for the producer's `message.max.bytes`
+DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+#: what a record takes beyond its value, key and headers when librdkafka sizes it (~40 bytes measured); a
+#: little more here, so the check below is never more lenient than the producer
+FRAMING_BYTES = 128
+
+
+def refuse_oversized(items: list[tuple[Any, ...]], limit: int) -> None:
+    """Held output is produced later, outside the record that made it, where librdkafka's refusal of a record
+    over `message.max.bytes` (MSG_SIZE_TOO_LARGE) would fail the checkpoint and stop the processor: such bad
+    input must fail its own record instead (on_error: dead letter, skip or stop). Output produced at once
+    needs no check: `produce` raises inside the record."""
+    for item in items:
+        value, key = item[1], item[2]
+        size = FRAMING_BYTES + (len(value) if value else 0) + (len(key) if key else 0)
+        if len(item) > 7 and item[7]:
+            for name, header in item[7]:  # str or bytes; a str counts by characters (UTF-8: at least that)
+                size += len(name) + (len(header) if header else 0)
+        if size > limit:
+            raise ValueError(f"an output of {size:,} bytes to `{item[0]}` is too large for the producer "
+                             f"(message.max.bytes {limit:,}): raise `message.max.bytes` (producer and broker) "
+                             "or emit less")
+
+
 class DirectOutput(NamedTuple):
     """A sink's offer to skip its own `__call__` on the hot path (KafkaSink.direct): `ctx.emit` encodes at
     once (a value that cannot be encoded fails its record before anything is produced) and the engine
@@ -31,6 +55,8 @@ class DirectOutput(NamedTuple):
     stamp: tuple[str, bytes] | None = None
     # the sink's held output (a checkpoint in flight, or at-most-once output): items go here, not to `produce`
     hold: list[tuple[Any, ...]] | None = None
+    # the producer's message.max.bytes: held items are checked against it as they are held (refuse_oversized)
+    max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES
 
 
 class Output:

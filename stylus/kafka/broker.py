@@ -9,6 +9,7 @@ import socket
 import subprocess
 import time
 from types import TracebackType
+from typing import IO
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,10 @@ class EmbeddedBroker:
         cmd.append("--storage-engine=memory://tansu/")
         env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV}
         env.setdefault("RUST_LOG", "warn")
-        out = subprocess.DEVNULL if self.silent else None
+        out: int | IO[bytes] | None = subprocess.DEVNULL if self.silent else None
+        log_path = os.environ.get(BROKER_LOG_ENV)
+        if log_path:  # the broker's own log (RUST_LOG sets its detail), e.g. to see a transaction's states
+            out = open(log_path, "ab")  # noqa: SIM115 - the child keeps it; closed with our process
         self.process = subprocess.Popen(cmd, stdout=out, stderr=out, env=env, start_new_session=True)
         self._wait_ready(timeout)
         log.info("embedded broker listening on %s (pid %d)", self.bootstrap, self.process.pid)
@@ -95,6 +99,8 @@ class EmbeddedBroker:
         self.stop()
 
 
+#: Append the embedded broker's output to this file instead of discarding it (debugging the broker).
+BROKER_LOG_ENV = "STYLUS_BROKER_LOG"
 _TANSU_ENV = {"CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "SCHEMA_REGISTRY"}
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from confluent_kafka import KafkaError, Message, Producer
 
 from stylus.config.model import Pipeline
-from stylus.core.sink import DirectOutput
+from stylus.core.sink import DEFAULT_MESSAGE_MAX_BYTES, DirectOutput, refuse_oversized
 from stylus.serde import encoder
 
 #: A held output: the positional arguments of `produce` (topic, value, key, partition, callback, on_delivery,
@@ -18,6 +18,12 @@ Pending = tuple[Any, ...]
 
 class DeliveryFailed(RuntimeError):
     pass
+
+
+def message_max_bytes(config: Mapping[str, Any]) -> int:
+    return int(config.get("message.max.bytes", DEFAULT_MESSAGE_MAX_BYTES))
+
+
 
 
 def _utf8(text: str, repair: bool) -> str:
@@ -51,8 +57,10 @@ class KafkaSink:
     arguments cost confluent-kafka ~0.3 us per call (measured), a third of the call.
     """
 
-    def __init__(self, producer: Producer, pipeline: Pipeline, outputs: tuple[str, ...], *, hold: bool) -> None:
+    def __init__(self, producer: Producer, pipeline: Pipeline, outputs: tuple[str, ...], *, hold: bool,
+                 max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES) -> None:
         self.producer = producer
+        self.max_bytes = max_bytes  # the producer's message.max.bytes: held output is checked against it
         self.encoders = {t: encoder(pipeline.topics[t].serde) for t in outputs}
         self.hold = hold  # at-most-once output: always held until its checkpoint is saved
         self.paused = False  # held while a checkpoint is in flight on another thread
@@ -73,7 +81,7 @@ class KafkaSink:
         checked = clean_headers(headers, repair=False) if headers else None
         self.emitted += 1
         if self.hold or self.paused:
-            self.held.append((topic, data, raw_key, -1, None, None, timestamp, checked))
+            self._hold((topic, data, raw_key, -1, None, None, timestamp, checked))
             return
         try:  # one produce call (topic, value, key, partition, callback, on_delivery, timestamp, headers)
             self.producer.produce(topic, data, raw_key, -1, None, None, timestamp, checked)
@@ -88,7 +96,13 @@ class KafkaSink:
         if not plain:
             return None
         return DirectOutput(self.encoders, _checked_headers, self.producer.produce, self._produce_item, self,
-                            hold=self.held if self.hold or self.paused else None)
+                            hold=self.held if self.hold or self.paused else None, max_bytes=self.max_bytes)
+
+    def _hold(self, item: Pending) -> None:
+        """Keep an output for the checkpoint's release, failing its record now if the producer would refuse
+        it then (refuse_oversized)."""
+        refuse_oversized([item], self.max_bytes)
+        self.held.append(item)
 
     def _produce_item(self, item: Pending) -> None:
         """A direct or held item (the positional arguments of `produce`) whose produce met a full queue."""
@@ -160,11 +174,3 @@ class KafkaSink:
         if err is not None:
             self.failures.append(f"{msg.topic()}: {err}")
 
-
-def close_producer(producer: Producer) -> None:
-    """Release a producer's threads and connections now rather than at garbage collection (a worker kept
-    by its runner otherwise reconnects to a stopped broker forever). What is still undelivered was never
-    covered by a checkpoint, so it is dropped: `close()` would otherwise wait for it, without end if the
-    broker is gone."""
-    producer.purge()
-    producer.close()

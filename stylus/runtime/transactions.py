@@ -12,11 +12,12 @@ older instance (a zombie can no longer commit), then the staged record is applie
 committed offset reached it (T3 happened) or discarded if not. Resume from the committed offset.
 
 The embedded broker does not hide the records of an abandoned transaction: they become visible when
-the transactional.id is initialised again. Every output therefore carries a deterministic id
+the transactional.id is initialised again. There every output therefore carries a deterministic id
 (`stylus.id` = input topic:partition:offset:emit-index, or :T<ts>:<key>: for timers); on recovery
 the instance reads the output partitions from the marks saved at its last commit and does not emit
 again the outputs already there. On real Kafka the aborted records are invisible to the
-read_committed scan, so nothing is skipped.
+read_committed scan, so nothing is skipped, and the outputs of input records go without the id
+(`record_ids_needed`, `semantics.output_ids`); timer outputs keep it (a rolled-forward checkpoint's).
 """
 
 from __future__ import annotations
@@ -31,13 +32,15 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from stylus.config.model import Pipeline
 from stylus.core.engine import EngineContext
-from stylus.core.sink import DirectOutput
+from stylus.core.sink import DEFAULT_MESSAGE_MAX_BYTES, DirectOutput
 from stylus.core.task import PartitionTask
 from stylus.kafka.offsets import end_offsets
+from stylus.kafka.producer import close_producer
 from stylus.kafka.reader import read_range
 from stylus.kafka.settings import client_config
+from stylus.kafka.txnprobe import hides_aborted_records
 from stylus.runtime.bounded import CallStuck, call_with_deadline
-from stylus.runtime.sink import KafkaSink, clean_headers, close_producer
+from stylus.runtime.sink import KafkaSink, clean_headers, message_max_bytes
 from stylus.serde import encode_key
 from stylus.state.store import PartitionStore
 
@@ -83,8 +86,8 @@ class TransactionalSink(KafkaSink):
     """A KafkaSink that stamps each output with its deterministic id and skips ids already visible."""
 
     def __init__(self, producer: Producer, pipeline: Pipeline, outputs: tuple[str, ...], ctx: EngineContext,
-                 prefix: str) -> None:
-        super().__init__(producer, pipeline, outputs, hold=False)
+                 prefix: str, max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES) -> None:
+        super().__init__(producer, pipeline, outputs, hold=False, max_bytes=max_bytes)
         self.ctx = ctx
         self.prefix = prefix
         self.skip: set[bytes] = set()  # ids (header bytes) of outputs an abandoned transaction already showed
@@ -93,6 +96,9 @@ class TransactionalSink(KafkaSink):
         # case this checkpoint makes no input progress and must be staged with its outputs (TxnSnapshot)
         self.journal: list[tuple[str, bytes | None, bytes | None, int, list[tuple[str, Any]]]] = []
         self._record_id = prefix.encode().replace(b"%", b"%%") + b"%d:%d"  # one bytes % per record output
+        # whether outputs of input records carry their id (`record_ids_needed`); timer, dead-letter and late
+        # outputs always do (they go through `_stamped`)
+        self.stamp_records = True
         self._origin: Any = None
         self._index = 0
 
@@ -138,7 +144,7 @@ class TransactionalSink(KafkaSink):
         self.emitted += 1
         self.journal.append((topic, value, key, timestamp, stamped))
         if self.paused:  # a checkpoint (this transaction's commit) is in flight: wait for the next one
-            self.held.append((topic, value, key, -1, None, None, timestamp, stamped))
+            self._hold((topic, value, key, -1, None, None, timestamp, stamped))
             return
         try:  # positional: (topic, value, key, partition, callback, on_delivery, timestamp, headers)
             self.producer.produce(topic, value, key, -1, None, None, timestamp, stamped)
@@ -154,7 +160,8 @@ class TransactionalSink(KafkaSink):
         if self.skip:
             return None
         return DirectOutput(self.encoders, _repaired_headers, self.producer.produce, self._produce_item, self,
-                            (ID_HEADER, self._record_id), self.held if self.paused else None)
+                            (ID_HEADER, self._record_id) if self.stamp_records else None,
+                            self.held if self.paused else None, self.max_bytes)
 
     def take_journal(self) -> list[tuple[str, bytes | None, bytes | None, int, list[tuple[str, Any]]]]:
         journal, self.journal = self.journal, []
@@ -173,6 +180,26 @@ class TransactionalSink(KafkaSink):
             self._produce(topic, value, key, timestamp, stamped)
             produced += 1
         return produced
+
+
+def record_ids_needed(pipeline: Pipeline, processor: str, bootstrap: str, *, timers: bool) -> bool:
+    """Whether the outputs of input records must carry `stylus.id` (`semantics.output_ids`). `auto`: where the
+    cluster shows aborted transactional records (a restarted owner must recognise its predecessor's abandoned
+    outputs: `settle`), and where a restore from a state backup places fired timers between the input records
+    by these ids (stylus/state/backup/timeline.py). Elsewhere an aborted transaction leaves nothing to
+    recognise and the header would cost ~25% of the processor's CPU per record (BENCHMARKS.md, issue 3)."""
+    spec = pipeline.processors[processor]
+    mode = spec.semantics.output_ids
+    placed_by_ids = timers and spec.state.backup is not None
+    if mode == "never" and placed_by_ids:
+        log.warning("%s: output_ids: never with timers and a state backup: a restore from the backup cannot tell "
+                    "where the old owner fired its timers, so their state changes may be applied at the wrong "
+                    "point; use `auto`", processor)
+    if mode != "auto":
+        return mode == "always"
+    if placed_by_ids:
+        return True
+    return not hides_aborted_records(bootstrap, pipeline, processor)
 
 
 def _still_reachable(ids: set[bytes], prefix: bytes, resume: int | None) -> set[bytes]:
@@ -226,7 +253,8 @@ class TransactionalPartition:
             config["linger.ms"] = TXN_LINGER_MS
         self.producer = Producer(config | {"on_delivery": lambda err, msg: self.sink.on_delivery(err, msg)})
         spec = pipeline.processors[processor]
-        self.sink = TransactionalSink(self.producer, pipeline, spec.outputs, ctx, f"{task.topic}:{task.partition}:")
+        self.sink = TransactionalSink(self.producer, pipeline, spec.outputs, ctx, f"{task.topic}:{task.partition}:",
+                                      message_max_bytes(config))
         self.outputs = spec.outputs
         self.open = False
         self.stuck = False  # a call of ours hangs inside librdkafka: never touch the producer again
@@ -337,6 +365,10 @@ class TransactionalPartition:
         self._guard(lambda: self.producer.send_offsets_to_transaction(
             [TopicPartition(task.topic, task.partition, snap.offset)],
             group_metadata, TXN_TIMEOUT), "send_offsets_to_transaction")
+
+    def flush(self) -> None:
+        """Deliver the transaction's records, so that `commit` only has the EndTxn request left to send."""
+        self._guard(lambda: self.producer.flush(TXN_TIMEOUT), "flush")
 
     def commit(self) -> None:
         """T3."""

@@ -21,15 +21,17 @@ from stylus.config.model import Pipeline
 from stylus.core.engine import Engine, StopProcessing
 from stylus.core.task import PartitionTask
 from stylus.eventtime.driver import WorkerEventTime
+from stylus.kafka.producer import close_producer
 from stylus.kafka.settings import client_config
+from stylus.kafka.txnprobe import hides_aborted_records
 from stylus.monoid.backend import remote_state_for
 from stylus.runtime.checkpoint import Ordering, PendingCheckpoint, ordering_for
 from stylus.runtime.failures import FailurePolicy
 from stylus.runtime.faults import FaultInjector
 from stylus.runtime.gctune import tune_for_streaming
-from stylus.runtime.sink import KafkaSink, close_producer
+from stylus.runtime.sink import KafkaSink, message_max_bytes
 from stylus.runtime.stats import WorkerStats
-from stylus.runtime.transactions import OutputsBlocked, TransactionalPartition, marks_client
+from stylus.runtime.transactions import OutputsBlocked, TransactionalPartition, marks_client, record_ids_needed
 from stylus.state.backup import BackupManager
 from stylus.state.kv import RocksKV
 from stylus.state.store import PartitionStore, StateMap
@@ -95,19 +97,18 @@ class Worker:
         self._assignment_settled = False
         self.finished = False
         self._idle_since: float | None = None
-        self._cooperative = "cooperative" in str(
-            client_config("consumer", bootstrap, pipeline, name).get("partition.assignment.strategy", "")
-        )
+        consumer_config = client_config("consumer", bootstrap, pipeline, name)
+        self._cooperative = "cooperative" in str(consumer_config.get("partition.assignment.strategy", ""))
+        self._reset_to_earliest = str(consumer_config.get("auto.offset.reset")) in ("earliest", "smallest", "beginning")
 
         self.sink: KafkaSink
-        self.producer = Producer(
-            client_config(
-                "producer", bootstrap, pipeline, name,
-                **{"client.id": f"{self.group_id}-{instance}", "delivery.report.only.error": True},
-            )
-            | {"on_delivery": lambda err, msg: self.sink.on_delivery(err, msg)}
+        producer_config = client_config(
+            "producer", bootstrap, pipeline, name,
+            **{"client.id": f"{self.group_id}-{instance}", "delivery.report.only.error": True},
         )
-        self.sink = KafkaSink(self.producer, pipeline, self.spec.outputs, hold=self.ordering.holds_output)
+        self.producer = Producer(producer_config | {"on_delivery": lambda err, msg: self.sink.on_delivery(err, msg)})
+        self.sink = KafkaSink(self.producer, pipeline, self.spec.outputs, hold=self.ordering.holds_output,
+                              max_bytes=message_max_bytes(producer_config))
         self.failures = FailurePolicy(self.spec.on_error, name, pipeline.dlq_topic(name), self.sink)
         cls = import_processor_class(self.spec.class_)
         self.processor: Processor = cls(config=self.spec.config, name=name)
@@ -119,6 +120,19 @@ class Worker:
             pipeline, name, instance, self.producer, self.engine,
             eager=not (self.ordering.holds_output or self.ordering.transactional))
         self.backups = BackupManager.for_worker(pipeline, name)  # None: no state.backup configured
+        # exactly-once output: do the outputs of input records carry `stylus.id`? (asks the cluster once)
+        self.record_ids = False
+        if self.ordering.transactional:
+            self.record_ids = record_ids_needed(
+                pipeline, name, bootstrap, timers=type(self.processor).on_timer is not Processor.on_timer)
+            log.info("%s: outputs of input records %s the stylus.id header (output_ids: %s)", name,
+                     "carry" if self.record_ids else "go without", self.spec.semantics.output_ids)
+        # Where the cluster shows aborted records (the embedded broker), the partitions' transactions end one
+        # at a time: two EndTxn requests at once can leave that broker's read_committed end stuck for good
+        # (docs/faults.md). Kafka's coordinator has no such race: there they end together.
+        self.end_txn_lock: threading.Lock | None = None
+        if self.ordering.transactional and not hides_aborted_records(bootstrap, pipeline, name):
+            self.end_txn_lock = threading.Lock()
         self.consumer = Consumer(
             client_config(
                 "consumer", bootstrap, pipeline, name,
@@ -389,6 +403,7 @@ class Worker:
         if self.ordering.transactional:  # fence the old owner now; settle once every partition is fenced
             txn = TransactionalPartition(task, self.pipeline, self.name, self.bootstrap, self.consumer,
                                          self.engine.ctx, self.instance)
+            txn.sink.stamp_records = self.record_ids
             txn.fence()
             task.sink = txn.sink
             self.txns[task.key] = txn
@@ -408,6 +423,11 @@ class Worker:
         self.assigned_once = True
         self._assignment_settled = True  # called at the end of every rebalance, with an empty list too
         self._idle_since = None
+        if partitions and self.ordering.transactional and self.tasks:
+            # Settling the new partitions reads their output partitions `read_committed`, which our own open
+            # transactions (the partitions we keep, cooperative rebalancing) hold back: commit them first, or
+            # settling waits on ourselves until it gives up (OutputsBlocked) and the group rebalances again.
+            self.checkpoint(list(self.tasks.values()))
         opened = [self._open_task(tp.topic, tp.partition) for tp in partitions]
         try:
             for tp, task in zip(partitions, opened, strict=True):
@@ -417,12 +437,29 @@ class Worker:
         except OutputsBlocked as exc:
             self._give_back(consumer, partitions, opened, exc)
             return
+        self._start_new_partitions_at_zero(consumer, partitions)
         if partitions:
             log.info("%s: assigned %s", self.name,
                      ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions))
         self._assign(consumer, partitions)
         if partitions:
             consumer.resume(partitions)  # in case an earlier `_give_back` left them paused
+
+    def _start_new_partitions_at_zero(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """A partition the group never committed starts at offset 0 rather than at the broker's earliest
+        offset, where `auto.offset.reset` asks for the earliest: the embedded broker can answer a later
+        batch's offset there and the records below would be skipped (docs/faults.md). On Kafka, offset 0
+        below the log start is out of range, and the reset policy moves it to the real start."""
+        fresh = [tp for tp in partitions if tp.offset == OFFSET_STORED]
+        if not fresh or not self._reset_to_earliest:
+            return
+        try:
+            committed = consumer.committed([TopicPartition(tp.topic, tp.partition) for tp in fresh], timeout=10)
+        except KafkaException as exc:
+            log.debug("%s: committed offsets not known (%s); starting per auto.offset.reset", self.name, exc)
+            return
+        for tp, known in zip(fresh, committed, strict=True):
+            tp.offset = known.offset if known.offset >= 0 else 0
 
     def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._cooperative:

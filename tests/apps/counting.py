@@ -26,3 +26,10 @@ class Failing(Processor):
         if isinstance(record.value, dict) and record.value.get("fail"):
             raise ValueError(f"bad record {record.value.get('id')}")
         ctx.emit(record.value, key=record.key)
+
+
+class Padded(Processor):
+    """Emits each record padded by its `pad` field: a big enough pad makes an output the producer refuses."""
+
+    def process(self, record, ctx):
+        ctx.emit({"id": record.value["id"], "pad": "x" * record.value.get("pad", 0)}, key=record.key)

@@ -25,6 +25,14 @@ class Alarm(Processor):
         ctx.emit({"id": key, "at": timestamp, "wm": ctx.watermark}, key=key)
 
 
+class EchoAlarm(Alarm):
+    """Alarm that also emits each record as it is processed: outputs of records and of timers."""
+
+    def process(self, record: Any, ctx: Any) -> None:
+        super().process(record, ctx)
+        ctx.emit({"id": str(record.value["id"]), "echo": True}, key=record.key)
+
+
 class CategorySum(WindowedProcessor):
     """Window and aggregate set in code: 10 s tumbling sum of `amount` per `category`."""
 

@@ -82,9 +82,14 @@ def test_good_pipeline_parses_with_defaults() -> None:
         # 13. an invalid pipeline name
         (lambda t: t.replace("pipeline: demo", "pipeline: 'my pipeline!'"),
          "pipeline", "String should match pattern", "letters, digits"),
+        # 14. record ids chosen for output that is not exactly-once
+        (lambda t: t.replace("{state: exactly_once, output: exactly_once}",
+                             "{state: exactly_once, output: at_least_once, output_ids: never}"),
+         "processors.counter.semantics", "output_ids applies to exactly-once output only",
+         "remove `output_ids`, or set `output: exactly_once`"),
     ],
     ids=["pair", "unknown-topic", "typo-key", "duration", "missing", "serde", "duplicate", "class-path",
-         "partitions", "self-loop", "env", "syntax", "name"],
+         "partitions", "self-loop", "env", "syntax", "name", "output-ids"],
 )
 def test_bad_yaml_names_file_path_and_fix(mutate, path: str, message: str, fix: str) -> None:
     error = errors_of(mutate(GOOD))

@@ -78,10 +78,12 @@ class CrashRun:
 
 
 def _pipeline_doc(name: str, topic_in: str, topic_out: str, state: str | None, output: str, state_dir: Path,
-                  interval: str, window_ms: int = WINDOW_MS) -> dict[str, object]:
+                  interval: str, window_ms: int = WINDOW_MS, output_ids: str | None = None) -> dict[str, object]:
     semantics: dict[str, str] = {"output": output}
     if state:
         semantics["state"] = state
+    if output_ids:
+        semantics["output_ids"] = output_ids
     return {
         "pipeline": name,
         "kafka": {"consumer": {"session.timeout.ms": 3000, "heartbeat.interval.ms": 500}},
@@ -153,8 +155,10 @@ def run_crash_harness(
     fault: str | None = None,
     interval: str = "100ms",
     window_ms: int = WINDOW_MS,
+    output_ids: str | None = None,
 ) -> CrashRun:
-    """With `fault` (e.g. "offsets:3"), the single crash is the injected one instead of random kills."""
+    """With `fault` (e.g. "offsets:3"), the single crash is the injected one instead of random kills.
+    `output_ids`: exactly-once output's `semantics.output_ids` (default: auto)."""
     rng = random.Random(seed)
     suffix = uuid.uuid4().hex[:6]
     topic_in, topic_out = f"crash-in-{suffix}", f"crash-out-{suffix}"
@@ -162,7 +166,7 @@ def run_crash_harness(
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "pipeline.yaml"
     path.write_text(yaml.safe_dump(_pipeline_doc(name, topic_in, topic_out, state, output, workdir / "state",
-                                                 interval, window_ms)))
+                                                 interval, window_ms, output_ids)))
     log = workdir / "worker.log"
     env = stylus_env(bootstrap)
     run = CrashRun(state, output)

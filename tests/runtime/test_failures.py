@@ -213,3 +213,24 @@ def test_dlq_command_lists_and_reinjects_after_a_fix(
     out = _ids(bootstrap, _out(pipeline))
     assert out == [i for i in range(N) if i % 100 != 13]  # now every record made it, each once
     assert len(read_raw(bootstrap, pipeline.dlq_topic("p"))) == 4  # nothing new failed
+
+
+@pytest.mark.parametrize("semantics", sorted(SEMANTICS))
+def test_an_output_too_large_to_produce_fails_its_record_not_the_processor(
+        bootstrap: str, pipeline_factory: PipelineFactory, semantics: str) -> None:
+    """librdkafka refuses a record over `message.max.bytes` when it is produced (MSG_SIZE_TOO_LARGE): bad
+    input that makes such an output is dead-lettered like any failing record, whatever the output semantics
+    (at-most-once and overlapped checkpoints produce held output later, outside the record)."""
+    doc = _doc("dead_letter", SEMANTICS[semantics], cls="tests.apps.counting:Padded")
+    doc["kafka"] = {"producer": {"message.max.bytes": 20_000}}
+    _, pipeline = pipeline_factory(doc)
+    records = [(f"k{i % 3}".encode(), orjson.dumps({"id": i, "pad": 30_000 if i in (5, 17) else 10}), i not in (5, 17))
+               for i in range(40)]
+    _produce(bootstrap, _in(pipeline), records)
+    runner = _run(pipeline, bootstrap)
+    assert runner.errors == {}
+    assert _ids(bootstrap, _out(pipeline)) == [i for i in range(40) if i not in (5, 17)]
+    letters = read_raw(bootstrap, pipeline.dlq_topic("p"))
+    assert sorted(orjson.loads(m.value())["id"] for m in letters) == [5, 17]
+    for m in letters:
+        assert b"too large" in dict(m.headers())["stylus.error"].lower()

@@ -153,3 +153,71 @@ def test_exactly_once_output_held_during_a_commit_keeps_its_ids(bootstrap: str) 
     assert [dict(item[7])[ID_HEADER] for item in sink.held] == [
         b"src:0:10:0", b"src:0:10:1", b"src:0:12:0", b"src:0:12:1", b"src:0:12:2"]
     assert [item[6] for item in sink.held] == [1010, 5, 1012, 5, 1012]
+
+
+def test_a_batch_gives_each_partitions_outputs_to_its_own_transaction(
+        bootstrap: str, topic_factory: Callable[..., str]) -> None:
+    """Exactly-once outputs belong to the transaction of their input partition: within one batch that
+    moves between partitions, each partition's outputs reach its own sink (here partition 0's produces,
+    partition 1's is paused and holds), stamped with its own prefix and emit indexes."""
+    from stylus.runtime.transactions import ID_HEADER, TransactionalSink
+
+    topic = topic_factory("per-partition")
+    pipeline = parse_pipeline(f"pipeline: s\ntopics: {{src: {{partitions: 2}}, {topic}: {{}}}}\nprocessors:\n"
+                              f"  p: {{class: 'a.b:C', inputs: [src], outputs: [{topic}], "
+                              f"semantics: {{state: exactly_once, output: exactly_once}}}}\n")
+    failed: list[int] = []
+    engine = Engine(EmitThenFail(), "p", pipeline.processors["p"], pipeline, KafkaSink(
+        Producer({"bootstrap.servers": bootstrap}), pipeline, (topic,), hold=False),
+        lambda msg, exc, stage, task: failed.append(msg.offset()))
+    tasks = {}
+    for partition in (0, 1):
+        sink = TransactionalSink(Producer({"bootstrap.servers": bootstrap}), pipeline, (topic,), engine.ctx,
+                                 f"src:{partition}:")
+        sink.paused = partition == 1
+        tasks[partition] = PartitionTask("src", partition, PartitionStore(MemoryKV()))
+        tasks[partition].sink = sink
+    order = [(0, 10), (0, 11), (1, 20), (1, 21), (0, 12)]
+    msgs = [RawMessage("src", p, o, b"k", orjson.dumps({"n": o, "fail": o == 11}), 1000 + o) for p, o in order]
+    engine.process_messages(msgs, lambda t, p: tasks[p])
+    assert failed == [11]
+    produced, held = tasks[0].sink, tasks[1].sink
+    assert produced is not None and held is not None
+    produced.producer.flush(10)  # type: ignore[attr-defined]
+    ids = [dict(m.headers() or [])[ID_HEADER] for m in read_raw(bootstrap, topic)]
+    assert ids == [b"src:0:10:0", b"src:0:10:1", b"src:0:12:0", b"src:0:12:1"]
+    assert [dict(item[7])[ID_HEADER] for item in held.held] == [  # type: ignore[attr-defined]
+        b"src:1:20:0", b"src:1:20:1", b"src:1:21:0", b"src:1:21:1"]
+
+
+def test_held_output_the_producer_would_refuse_fails_as_it_is_held(bootstrap: str) -> None:
+    """Held output is produced at the checkpoint, outside its record: one over the producer's
+    message.max.bytes must fail as it is held (its record then fails alone), never at the release. The
+    check counts value, key, headers and librdkafka's framing, and is never more lenient than librdkafka."""
+    from confluent_kafka import KafkaException
+
+    from stylus.core.sink import FRAMING_BYTES, refuse_oversized
+    from stylus.runtime.transactions import TransactionalSink
+
+    pipeline = parse_pipeline("pipeline: s\ntopics: {src: {}, out: {}}\nprocessors:\n"
+                              "  p: {class: 'a.b:C', inputs: [src], outputs: [out]}\n")
+    producer = Producer({"bootstrap.servers": bootstrap, "message.max.bytes": 10_000})
+    sink = KafkaSink(producer, pipeline, ("out",), hold=True, max_bytes=10_000)
+    sink("out", "k", "x" * 9_000, 1, None)
+    with pytest.raises(ValueError, match="too large for the producer"):
+        sink("out", "k", "x" * 10_000, 1, None)
+    assert sink.held_count == 1
+    txn = TransactionalSink(producer, pipeline, ("out",), Engine(EmitThenFail(), "p", pipeline.processors["p"],
+                            pipeline, sink, lambda *a: None).ctx, "src:0:", max_bytes=10_000)
+    txn.paused = True
+    with pytest.raises(ValueError, match="too large"):
+        txn.send("out", b"x" * 9_900, b"k", 1)  # fits alone, not with its stylus.id header and framing
+    # whatever the check lets through, librdkafka takes: at the limit, and with headers
+    for value_size, headers in ((10_000 - FRAMING_BYTES - 1, None), (9_000, [("h", b"y" * 800)])):
+        item = ("out", b"x" * value_size, b"k", -1, None, None, 1, headers)
+        refuse_oversized([item], 10_000)
+        try:
+            producer.produce(*item)
+        except KafkaException as exc:  # pragma: no cover - the failure this test exists for
+            pytest.fail(f"librdkafka refused what the check let through: {exc}")
+    producer.purge()

@@ -249,13 +249,7 @@ class PendingCheckpoint:
         if snap.outputs is not None:  # a checkpoint of timers only (no input consumed): its own crash point
             self._passed("txn.stage.no-input")
         started = time.monotonic()
-        ends_one_at_a_time = self.worker.end_txn_lock
-        if ends_one_at_a_time is None:
-            snap.txn.commit()
-        else:  # the flush still runs beside the other partitions'; only the EndTxn requests take turns
-            snap.txn.flush()
-            with ends_one_at_a_time:
-                snap.txn.commit()
+        snap.txn.commit()
         took = time.monotonic() - started
         self._passed("txn.commit")
         return took

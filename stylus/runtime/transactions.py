@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ from stylus.config.model import Pipeline
 from stylus.core.engine import EngineContext
 from stylus.core.sink import DEFAULT_MESSAGE_MAX_BYTES, DirectOutput
 from stylus.core.task import PartitionTask
+from stylus.kafka.endtxn import EndTxnTurns
 from stylus.kafka.offsets import end_offsets
 from stylus.kafka.producer import close_producer
 from stylus.kafka.reader import read_range
@@ -236,8 +238,11 @@ class TransactionalPartition:
     """The transactional producer and checkpoint protocol of one input partition."""
 
     def __init__(self, task: PartitionTask, pipeline: Pipeline, processor: str, bootstrap: str,
-                 consumer: Consumer, ctx: EngineContext, instance: str) -> None:
+                 consumer: Consumer, ctx: EngineContext, instance: str, turns: EndTxnTurns | None = None) -> None:
         self.task = task
+        #: where transactions must end one at a time (the embedded broker): every call that ends one takes a turn
+        self.turns: AbstractContextManager[Any] = turns if turns is not None else nullcontext()
+        self.takes_turns = turns is not None
         self.pipeline = pipeline
         self.processor = processor
         self.bootstrap = bootstrap
@@ -266,7 +271,8 @@ class TransactionalPartition:
         """init_transactions: an older owner of this partition can no longer commit, and (on the embedded
         broker) its abandoned transaction stops blocking read_committed readers. Fence every assigned
         partition before settling any: settling reads outputs, which another abandoned transaction blocks."""
-        self.producer.init_transactions(TXN_TIMEOUT)
+        with self.turns:  # on the embedded broker this ends the old owner's open transaction
+            self.producer.init_transactions(TXN_TIMEOUT)
 
     def recover(self) -> int | None:
         self.fence()
@@ -371,8 +377,11 @@ class TransactionalPartition:
         self._guard(lambda: self.producer.flush(TXN_TIMEOUT), "flush")
 
     def commit(self) -> None:
-        """T3."""
-        self._guard(lambda: self.producer.commit_transaction(TXN_TIMEOUT), "commit_transaction")
+        """T3. The flush runs beside the other partitions'; only the EndTxn request waits for its turn."""
+        if self.takes_turns:
+            self.flush()
+        with self.turns:
+            self._guard(lambda: self.producer.commit_transaction(TXN_TIMEOUT), "commit_transaction")
         self.open = False
         if self.sink.failures:
             failures, self.sink.failures = self.sink.failures, []
@@ -393,7 +402,8 @@ class TransactionalPartition:
         self.sink.journal.clear()
         if self.open and not self.stuck and not self.fenced:  # a fenced producer's abort only times out
             try:
-                self.producer.abort_transaction(TXN_TIMEOUT)
+                with self.turns:
+                    self.producer.abort_transaction(TXN_TIMEOUT)
             except KafkaException as exc:
                 log.warning("%s: abort failed: %s", self.processor, exc)
             self.open = False
@@ -429,7 +439,8 @@ class TransactionalPartition:
         next producer of this transactional id fences it (and aborts its transaction) in `fence()`."""
         if not self.stuck and self.open:
             try:
-                self.producer.abort_transaction(5)
+                with self.turns:
+                    self.producer.abort_transaction(5)
             except KafkaException as exc:
                 log.info("%s: abort after a failed transaction: %s", self.processor, exc)
         self.open = False

@@ -21,6 +21,7 @@ from stylus.config.model import Pipeline
 from stylus.core.engine import Engine, StopProcessing
 from stylus.core.task import PartitionTask
 from stylus.eventtime.driver import WorkerEventTime
+from stylus.kafka.endtxn import EndTxnTurns
 from stylus.kafka.producer import close_producer
 from stylus.kafka.settings import client_config
 from stylus.kafka.txnprobe import hides_aborted_records
@@ -127,12 +128,13 @@ class Worker:
                 pipeline, name, bootstrap, timers=type(self.processor).on_timer is not Processor.on_timer)
             log.info("%s: outputs of input records %s the stylus.id header (output_ids: %s)", name,
                      "carry" if self.record_ids else "go without", self.spec.semantics.output_ids)
-        # Where the cluster shows aborted records (the embedded broker), the partitions' transactions end one
-        # at a time: two EndTxn requests at once can leave that broker's read_committed end stuck for good
-        # (docs/faults.md). Kafka's coordinator has no such race: there they end together.
-        self.end_txn_lock: threading.Lock | None = None
+        # Where the cluster shows aborted records (the embedded broker), transactions end one at a time (this
+        # worker's partitions, and the other processes of this machine on the same broker): two EndTxn requests
+        # at once can leave that broker's read_committed end stuck for good (docs/faults.md). Kafka's
+        # coordinator has no such race: there they end together.
+        self.end_txn_turns: EndTxnTurns | None = None
         if self.ordering.transactional and not hides_aborted_records(bootstrap, pipeline, name):
-            self.end_txn_lock = threading.Lock()
+            self.end_txn_turns = EndTxnTurns(bootstrap)
         self.consumer = Consumer(
             client_config(
                 "consumer", bootstrap, pipeline, name,
@@ -264,6 +266,8 @@ class Worker:
             self.checkpointer.shutdown(wait=True)
             if self.marks_client is not None:
                 self.marks_client.close()
+            if self.end_txn_turns is not None:
+                self.end_txn_turns.close()
             self.processor.close()
             self.finished = True
 
@@ -402,7 +406,7 @@ class Worker:
         task = PartitionTask(topic, partition, store)
         if self.ordering.transactional:  # fence the old owner now; settle once every partition is fenced
             txn = TransactionalPartition(task, self.pipeline, self.name, self.bootstrap, self.consumer,
-                                         self.engine.ctx, self.instance)
+                                         self.engine.ctx, self.instance, self.end_txn_turns)
             txn.sink.stamp_records = self.record_ids
             txn.fence()
             task.sink = txn.sink

@@ -286,7 +286,8 @@ class PendingCheckpoint:
         """T1-T5 of stylus/runtime/transactions.py for every partition with progress. T1-T3 of the
         partitions run at the same time, one thread each: every partition has its own producer, and a
         commit is broker round trips (flush, EndTxn) whose waits would otherwise add up while the
-        worker holds its output."""
+        worker holds its output. Where the cluster needs it, the EndTxn requests take turns
+        (`TransactionalPartition.commit`, stylus/kafka/endtxn.py)."""
         from stylus.runtime.transactions import Aborted, Fenced, output_marks
 
         snaps = self.txn_snapshots

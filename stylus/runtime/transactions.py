@@ -241,8 +241,7 @@ class TransactionalPartition:
                  consumer: Consumer, ctx: EngineContext, instance: str, turns: EndTxnTurns | None = None) -> None:
         self.task = task
         #: where transactions must end one at a time (the embedded broker): every call that ends one takes a turn
-        self.turns: AbstractContextManager[Any] = turns if turns is not None else nullcontext()
-        self.takes_turns = turns is not None
+        self.turns = turns
         self.pipeline = pipeline
         self.processor = processor
         self.bootstrap = bootstrap
@@ -271,7 +270,7 @@ class TransactionalPartition:
         """init_transactions: an older owner of this partition can no longer commit, and (on the embedded
         broker) its abandoned transaction stops blocking read_committed readers. Fence every assigned
         partition before settling any: settling reads outputs, which another abandoned transaction blocks."""
-        with self.turns:  # on the embedded broker this ends the old owner's open transaction
+        with self._turn():  # on the embedded broker this ends the old owner's open transaction
             self.producer.init_transactions(TXN_TIMEOUT)
 
     def recover(self) -> int | None:
@@ -372,15 +371,11 @@ class TransactionalPartition:
             [TopicPartition(task.topic, task.partition, snap.offset)],
             group_metadata, TXN_TIMEOUT), "send_offsets_to_transaction")
 
-    def flush(self) -> None:
-        """Deliver the transaction's records, so that `commit` only has the EndTxn request left to send."""
-        self._guard(lambda: self.producer.flush(TXN_TIMEOUT), "flush")
-
     def commit(self) -> None:
         """T3. The flush runs beside the other partitions'; only the EndTxn request waits for its turn."""
-        if self.takes_turns:
-            self.flush()
-        with self.turns:
+        if self.turns is not None:  # deliver the records first: only the EndTxn request is left to take turns
+            self._guard(lambda: self.producer.flush(TXN_TIMEOUT), "flush")
+        with self._turn():
             self._guard(lambda: self.producer.commit_transaction(TXN_TIMEOUT), "commit_transaction")
         self.open = False
         if self.sink.failures:
@@ -402,7 +397,7 @@ class TransactionalPartition:
         self.sink.journal.clear()
         if self.open and not self.stuck and not self.fenced:  # a fenced producer's abort only times out
             try:
-                with self.turns:
+                with self._turn():
                     self.producer.abort_transaction(TXN_TIMEOUT)
             except KafkaException as exc:
                 log.warning("%s: abort failed: %s", self.processor, exc)
@@ -439,12 +434,15 @@ class TransactionalPartition:
         next producer of this transactional id fences it (and aborts its transaction) in `fence()`."""
         if not self.stuck and self.open:
             try:
-                with self.turns:
+                with self._turn():
                     self.producer.abort_transaction(5)
             except KafkaException as exc:
                 log.info("%s: abort after a failed transaction: %s", self.processor, exc)
         self.open = False
         self.abandoned = True
+
+    def _turn(self) -> AbstractContextManager[Any]:
+        return self.turns if self.turns is not None else nullcontext()
 
     def _guard(self, call: Any, what: str) -> None:
         """Run a transactional call. A retriable error (a timeout, a coordinator moving) means the call may

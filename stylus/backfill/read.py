@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from stylus.archive import read_segment
 from stylus.backfill.plan import Chunk, Unit
+from stylus.kafka.batching import BatchSizer
 from stylus.kafka.settings import connect
 
 
@@ -25,8 +26,9 @@ class KafkaRange:
                  timeout: float = 30.0) -> None:
         self.topic, self.partition, self.start, self.end, self.timeout = topic, partition, start, end, timeout
         self.consumer: Consumer | None = None
+        self.config: dict[str, Any] = {}
         if end > start:
-            self.consumer = Consumer(connect(bootstrap, **{
+            self.config = connect(bootstrap, **{
                 "group.id": f"stylus-backfill-{uuid.uuid4().hex[:8]}",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
@@ -36,7 +38,8 @@ class KafkaRange:
                 "queued.min.messages": 100_000,
                 "fetch.max.bytes": 64 << 20,
                 "max.partition.fetch.bytes": 16 << 20,
-            }))
+            })
+            self.consumer = Consumer(self.config)
             self.consumer.assign([TopicPartition(topic, partition, start)])
 
     def batches(self, batch: int = 10_000) -> Iterator[list[Any]]:
@@ -46,16 +49,18 @@ class KafkaRange:
         consumer, end = self.consumer, self.end
         if consumer is None:
             return
+        sizer = BatchSizer.for_consumer(batch, self.config)  # fewer per list when records are big
         try:
             position = self.start
             deadline = time.monotonic() + self.timeout
             while position < end:
-                msgs = consumer.consume(num_messages=max(1, min(batch, end - position)), timeout=0.2)
+                msgs = consumer.consume(num_messages=max(1, min(sizer.size, end - position)), timeout=0.2)
                 if not msgs:
                     if time.monotonic() > deadline:
                         raise TimeoutError(f"{self.topic}[{self.partition}] stalled at offset {position} before {end}")
                     continue
                 deadline = time.monotonic() + self.timeout
+                sizer.observe(msgs)
                 good = [m for m in msgs if m.error() is None]
                 if len(good) < len(msgs) and any(
                         m.error().code() == KafkaError._PARTITION_EOF and m.offset() >= end

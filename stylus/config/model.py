@@ -157,6 +157,7 @@ class ProcessorSpec(Frozen):
     event_time: EventTimeSpec | None = None
     on_error: ErrorPolicy = "dead_letter"
     dedup: DedupSpec | None = None
+    # records per consume() at most; fewer when they are big (no more bytes than the prefetch: kafka/batching.py)
     batch_size: int = Field(2000, ge=1, le=100_000)
     kafka: KafkaSettings = Field(default_factory=dict)  # librdkafka overrides for this processor; secrets held
     alerts: AlertSpec = AlertSpec()

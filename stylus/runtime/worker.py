@@ -21,6 +21,7 @@ from stylus.config.model import Pipeline
 from stylus.core.engine import Engine, StopProcessing
 from stylus.core.task import PartitionTask
 from stylus.eventtime.driver import WorkerEventTime
+from stylus.kafka.batching import BatchSizer
 from stylus.kafka.endtxn import EndTxnTurns
 from stylus.kafka.producer import close_producer
 from stylus.kafka.settings import client_config
@@ -101,6 +102,7 @@ class Worker:
         consumer_config = client_config("consumer", bootstrap, pipeline, name)
         self._cooperative = "cooperative" in str(consumer_config.get("partition.assignment.strategy", ""))
         self._reset_to_earliest = str(consumer_config.get("auto.offset.reset")) in ("earliest", "smallest", "beginning")
+        self.batches = BatchSizer.for_consumer(self.spec.batch_size, consumer_config)  # fewer when records are big
 
         self.sink: KafkaSink
         producer_config = client_config(
@@ -155,8 +157,9 @@ class Worker:
         error: BaseException | None = None
         try:
             while not self.stop_event.is_set():
-                msgs = self.consumer.consume(num_messages=self.spec.batch_size, timeout=0.1)
+                msgs = self.consumer.consume(num_messages=self.batches.size, timeout=0.1)
                 if msgs:
+                    self.batches.observe(msgs)
                     self._handle(msgs)
                 if self._rejoin:
                     self._rejoin_group()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import multiprocessing
-import threading
 import time
 from pathlib import Path
 
 from stylus.kafka.endtxn import EndTxnTurns, turn_file
+from tests.support.threads import run_concurrently
 
 
 def _hold_turns(bootstrap: str, spans: list[tuple[float, float]], rounds: int) -> None:
@@ -35,11 +36,7 @@ def test_turns_never_overlap_across_threads_and_processes(tmp_path: Path) -> Non
     for proc in procs:
         proc.start()
     local: list[tuple[float, float]] = []
-    threads = [threading.Thread(target=_hold_turns, args=(bootstrap, local, 30)) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    run_concurrently([functools.partial(_hold_turns, bootstrap, local, 30) for _ in range(2)])
     for proc in procs:
         proc.join(60)
         assert proc.exitcode == 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import threading
+import functools
 import time
 from collections.abc import Callable
 
@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from stylus.kafka.offsets import end_offsets, verified_log_starts
 from stylus.kafka.reader import read_range, read_topic
 from tests.support.kafka import produce
+from tests.support.threads import run_concurrently
 
 
 def test_end_offsets_are_exact_where_list_offsets_is_not(bootstrap: str, topic_factory: Callable[..., str]) -> None:
@@ -80,11 +81,7 @@ def test_racing_transactional_producers_on_fresh_partitions_lose_no_record_to_re
                 producer.produce(topic, orjson.dumps({"p": i, "k": k}))
             producer.flush(10)
 
-        threads = [threading.Thread(target=write, args=(p, i, topic)) for i, p in enumerate(producers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_concurrently([functools.partial(write, p, i, topic) for i, p in enumerate(producers)])
         for producer in producers:
             producer.commit_transaction(10)
         assert len(read_topic(bootstrap, topic)) == 120

@@ -3,6 +3,7 @@ fencing, concurrent partitions, and agreement with the RocksDB backend. Each tes
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 from functools import reduce
@@ -27,6 +28,7 @@ from tests.monoid.helpers import (
     stored_offsets,
     table_contents,
 )
+from tests.support.threads import run_concurrently
 
 
 def _remote(store: Any) -> RemotePartitionStore:
@@ -148,30 +150,21 @@ def test_partitions_merging_overlapping_keys_concurrently_lose_no_update(pg_dsn:
     pipeline, _ = make_backend(pg_dsn, "tests.apps.monoids:PySum")
     truth: dict[str, int] = {}
     lock = threading.Lock()
-    errors: list[BaseException] = []
 
     def partition(p: int) -> None:
-        try:
-            _, backend = make_backend(pg_dsn, "tests.apps.monoids:PySum")
-            store = _remote(backend.open("events", p))
-            rng = random.Random(p)
-            for checkpoint in range(30):
-                for _ in range(20):
-                    key, n = f"k{rng.randrange(25)}", rng.randint(1, 9)
-                    store.deltas.add(key, n)
-                    with lock:
-                        truth[key] = truth.get(key, 0) + n
-                store.save((checkpoint + 1) * 20)
-            store.close()
-        except BaseException as exc:
-            errors.append(exc)
+        _, backend = make_backend(pg_dsn, "tests.apps.monoids:PySum")
+        store = _remote(backend.open("events", p))
+        rng = random.Random(p)
+        for checkpoint in range(30):
+            for _ in range(20):
+                key, n = f"k{rng.randrange(25)}", rng.randint(1, 9)
+                store.deltas.add(key, n)
+                with lock:
+                    truth[key] = truth.get(key, 0) + n
+            store.save((checkpoint + 1) * 20)
+        store.close()
 
-    threads = [threading.Thread(target=partition, args=(p,)) for p in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not errors
+    run_concurrently([functools.partial(partition, p) for p in range(4)])  # raises what a partition raised
     assert table_contents(pg_dsn, pipeline) == truth
     assert stored_offsets(pg_dsn) == {("events", p): 600 for p in range(4)}
 

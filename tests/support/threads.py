@@ -1,0 +1,27 @@
+"""Running calls at the same time, for tests of races between clients."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+
+
+def run_concurrently(calls: Iterable[Callable[[], object]], timeout: float = 60.0) -> None:
+    """Start every call on a thread of its own, wait for all, and raise the first error any of them raised
+    (an exception on a plain thread is only printed: the test would go on as if the call had worked)."""
+    errors: list[BaseException] = []
+
+    def run(call: Callable[[], object]) -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the test below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(call,), daemon=True) for call in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    assert not any(thread.is_alive() for thread in threads), f"a concurrent call ran past {timeout:g}s"
+    if errors:
+        raise errors[0]

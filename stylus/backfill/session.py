@@ -9,13 +9,23 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from stylus.config.model import Pipeline
 
+#: prepended by Spark to `spark.driver.extraJavaOptions`, which stays the user's (spark-defaults.conf or `conf`)
+DRIVER_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
+#: A local master's JVM is also its executor, on the same cores as the Python workers, and does little per
+#: record (records mode sends no rows through it), so the C2 compiler's work never pays back within a
+#: backfill: with it, the JVM took 0.4-0.6 s of CPU compiling during a session's second 1M-record backfill
+#: (0.08-0.24 s with C1 only) and 1.3-1.5 s per monoid backfill, whose shuffle does run on the JVM (0.6 s
+#: with C1 only, and faster end to end). Measured: BENCHMARKS.md, issue 6.
+LOCAL_JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
+
 
 def spark_session(master: str | None = None, app: str = "stylus-backfill", *,
                   conf: dict[str, str] | None = None, preload: Sequence[str] = ()) -> Any:
     """Get or create a session. Small shuffle partition count: backfill shuffles only monoid deltas.
     Python workers fork from `stylus.backfill.daemon`, which has imported the backfill's modules and
     `preload` (the processors' modules) once: the first backfill of a session does not wait for each
-    worker's imports."""
+    worker's imports. On a local master the JVM compiles with C1 only (`LOCAL_JIT_OPTIONS`); a user's
+    `spark.driver.extraJavaOptions` comes after it, so its own flags win."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     from pyspark.sql import SparkSession
@@ -33,11 +43,21 @@ def spark_session(master: str | None = None, app: str = "stylus-backfill", *,
     )
     if preload:
         builder = builder.config("spark.executorEnv.STYLUS_BACKFILL_PRELOAD", ",".join(preload))
-    for key, value in (conf or {}).items():
+    for key, value in session_settings(master, conf).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def session_settings(master: str | None, conf: dict[str, str] | None) -> dict[str, str]:
+    """`conf`, plus C1-only compilation for a local master's JVM (prepended to any default Java options
+    given: HotSpot takes the last of repeated flags, so the user's own still win)."""
+    settings = dict(conf or {})
+    if master is None or master.startswith("local"):
+        given = settings.get(DRIVER_JAVA_OPTIONS)
+        settings[DRIVER_JAVA_OPTIONS] = f"{LOCAL_JIT_OPTIONS} {given}" if given else LOCAL_JIT_OPTIONS
+    return settings
 
 
 def _python() -> str:

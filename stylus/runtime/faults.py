@@ -5,7 +5,9 @@
 `state` step finishes (once), so a test can start a rebalance, stall the broker or let a transaction time
 out in the middle of a checkpoint. Points are the step names of stylus/runtime/checkpoint.py plus the
 transaction's inner points `txn.stage`, `txn.commit`, `txn.apply`, and `txn.stage.no-input` (a
-transaction of timers only, which consumed no input). Unset (the normal case), each costs one
+transaction of timers only, which consumed no input). `STYLUS_FAULT_ABORT_AT=txn.stage:3` fails the 3rd
+partition transaction to reach `txn.stage` with `Aborted`, as a lost connection or a hung client call
+would (after the pause, where both name the same point). Unset (the normal case), each costs one
 attribute check per step.
 """
 
@@ -18,19 +20,18 @@ import time
 
 ENV = "STYLUS_FAULT_KILL_AFTER"
 PAUSE_ENV = "STYLUS_FAULT_PAUSE_AFTER"
+ABORT_ENV = "STYLUS_FAULT_ABORT_AT"
 
 log = logging.getLogger(__name__)
 
 
 class FaultInjector:
-    def __init__(self, spec: str | None = None, pause: str | None = None) -> None:
+    def __init__(self, spec: str | None = None, pause: str | None = None, abort: str | None = None) -> None:
         spec = os.environ.get(ENV) if spec is None else spec
         pause = os.environ.get(PAUSE_ENV) if pause is None else pause
-        self.point: str | None = None
-        self.remaining = 0
-        if spec:
-            point, _, count = spec.rpartition(":")
-            self.point, self.remaining = point, int(count)
+        abort = os.environ.get(ABORT_ENV) if abort is None else abort
+        self.point, self.remaining = _point_and_count(spec)
+        self.abort_point, self.abort_remaining = _point_and_count(abort)
         self.pause_point: str | None = None
         self.pause_remaining = 0
         self.pause_seconds = 0.0
@@ -45,8 +46,22 @@ class FaultInjector:
                 log.warning("fault injected: pausing %.1fs after %s", self.pause_seconds, point)
                 time.sleep(self.pause_seconds)
                 log.warning("fault injected: pause after %s over", point)
+        if point == self.abort_point:
+            self.abort_remaining -= 1
+            if self.abort_remaining == 0:
+                from stylus.runtime.transactions import Aborted  # the checkpoint's own failure type
+
+                log.warning("fault injected: transaction aborted at %s", point)
+                raise Aborted(f"fault injected: transaction aborted at {point}")
         if self.point is None or point != self.point:
             return
         self.remaining -= 1
         if self.remaining <= 0:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _point_and_count(spec: str | None) -> tuple[str | None, int]:
+    if not spec:
+        return None, 0
+    point, _, count = spec.rpartition(":")
+    return point, int(count)

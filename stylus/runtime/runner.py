@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from stylus.config.model import Pipeline
+from stylus.core.engine import StopProcessing
 from stylus.kafka.admin import create_topics, pipeline_topics
 from stylus.kafka.broker import EmbeddedBroker
 from stylus.kafka.settings import bootstrap_from, remember_connection
@@ -80,7 +81,10 @@ class PipelineRunner:
             self.workers[name].run()
         except WorkerFailed as exc:
             self.errors[name] = str(exc)
-            log.error("%s", exc)
+            # a configured stop (bad input, `on_error: stop`) says all in its message; anything else is a
+            # crash, whose traceback is what a person needs to find the cause
+            configured = isinstance(exc.__cause__, StopProcessing)
+            log.error("%s", exc, exc_info=None if configured else exc.__cause__)
             self.stop.set()  # in development mode one failing processor stops the others cleanly
         except BaseException as exc:
             self.errors[name] = f"{type(exc).__name__}: {exc}"

@@ -78,6 +78,12 @@ class Aborted(RuntimeError):
 #: How long a transactional call may take before the producer is given up for a fresh one. Healthy calls
 #: take milliseconds; `send_offsets_to_transaction` can hang forever in librdkafka (stylus/runtime/bounded.py).
 CALL_DEADLINE = TXN_TIMEOUT + 5.0  # librdkafka returns by TXN_TIMEOUT itself unless it hangs
+#: `send_offsets_to_transaction` delivers no records (two coordinator requests, milliseconds when healthy)
+#: and is the call that hangs, typically when a connection drops while it runs: it gets a shorter timeout
+#: and deadline of its own, so a hang costs OFFSETS_DEADLINE, not CALL_DEADLINE. A slow coordinator still
+#: gets CALL_ATTEMPTS calls of OFFSETS_TIMEOUT each before the transaction is given up (and replayed).
+OFFSETS_TIMEOUT = 5.0
+OFFSETS_DEADLINE = OFFSETS_TIMEOUT + 3.0
 #: How many times a transactional call that failed with a retriable error is made in all.
 CALL_ATTEMPTS = 3
 #: How long settling waits to read the outputs since the last checkpoint (OutputsBlocked past it).
@@ -369,7 +375,7 @@ class TransactionalPartition:
             task.store.stage(snap.offset, snap.changes, snap.outputs)
         self._guard(lambda: self.producer.send_offsets_to_transaction(
             [TopicPartition(task.topic, task.partition, snap.offset)],
-            group_metadata, TXN_TIMEOUT), "send_offsets_to_transaction")
+            group_metadata, OFFSETS_TIMEOUT), "send_offsets_to_transaction", OFFSETS_DEADLINE)
 
     def commit(self) -> None:
         """T3. The flush runs beside the other partitions'; only the EndTxn request waits for its turn."""
@@ -444,14 +450,14 @@ class TransactionalPartition:
     def _turn(self) -> AbstractContextManager[Any]:
         return self.turns if self.turns is not None else nullcontext()
 
-    def _guard(self, call: Any, what: str) -> None:
+    def _guard(self, call: Any, what: str, deadline: float = CALL_DEADLINE) -> None:
         """Run a transactional call. A retriable error (a timeout, a coordinator moving) means the call may
         still complete: librdkafka's contract is to call it again, never to abort then, since a commit that
         timed out may yet commit on the broker. Only an abortable error, or retries used up, is `Aborted`;
         the staged checkpoint then stays for recovery to settle against the group's committed offset."""
         for attempt in range(1, CALL_ATTEMPTS + 1):
             try:
-                call_with_deadline(call, CALL_DEADLINE, what)
+                call_with_deadline(call, deadline, what)
                 return
             except CallStuck as exc:
                 self.stuck = True

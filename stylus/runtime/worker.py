@@ -85,6 +85,9 @@ class Worker:
         self.txns: dict[tuple[str, int], TransactionalPartition] = {}  # exactly-once output only
         self.faults = FaultInjector()
         self._rejoin = False  # a transaction failed: rejoin the group after this batch (see `_fenced`)
+        # partitions whose task was dropped (`_forget`) while still assigned: until the group assigns them
+        # again, records of theirs already fetched must not reach the engine (there is no task for them)
+        self._forgotten: set[tuple[str, int]] = set()
         self.checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stylus-{name}-checkpoint")
         self.inflight: tuple[PendingCheckpoint, Future[None]] | None = None
         self.marks_client = marks_client(bootstrap, pipeline, name) if self.ordering.transactional else None
@@ -208,6 +211,8 @@ class Worker:
                     eofs.append(msg)
                 else:
                     log.warning("%s: consumer error: %s", self.name, err)
+        if self._forgotten:  # rare (a failed transaction, until the rejoin): the check costs nothing otherwise
+            good = [msg for msg in good if (msg.topic(), msg.partition()) not in self._forgotten]
         if good:
             self._idle_since = None  # idle means: every partition reached its end once, then silence
             started = time.monotonic()
@@ -352,6 +357,7 @@ class Worker:
         if task.store is not None and not keep_staged:
             task.store.discard_staged()
         self._drop([task])
+        self._forgotten.add(task.key)
 
     def _subscribe(self) -> None:
         self.consumer.subscribe(
@@ -435,6 +441,7 @@ class Worker:
             # transactions (the partitions we keep, cooperative rebalancing) hold back: commit them first, or
             # settling waits on ourselves until it gives up (OutputsBlocked) and the group rebalances again.
             self.checkpoint(list(self.tasks.values()))
+        self._unassigned(partitions)  # ours again, from the offset chosen below
         opened = [self._open_task(tp.topic, tp.partition) for tp in partitions]
         try:
             for tp, task in zip(partitions, opened, strict=True):
@@ -505,6 +512,7 @@ class Worker:
                 consumer.incremental_unassign(partitions)
             else:
                 consumer.unassign()
+            self._unassigned(partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """The partitions already belong to someone else: save nothing, forget buffered work."""
@@ -521,6 +529,11 @@ class Worker:
             if task.state is not None:
                 task.state.discard_changes()
         self._drop(lost)
+        self._unassigned(partitions)
+
+    def _unassigned(self, partitions: list[TopicPartition]) -> None:
+        """No record of these comes any more: they need no filtering (see `_forgotten`)."""
+        self._forgotten.difference_update((tp.topic, tp.partition) for tp in partitions)
 
     def _drop(self, tasks: list[PartitionTask]) -> None:
         for task in tasks:

@@ -341,3 +341,42 @@ def test_dropped_connections_lose_nothing(proxied_broker: tuple[EmbeddedBroker, 
     if output == "exactly_once":
         seen = Counter((c["word"], c["count"]) for c in read_json(bootstrap, topic_out))
         assert seen == Counter({(w, k): 1 for w, n in truth.items() for k in range(1, n + 1)})
+
+
+def test_an_aborted_transaction_while_records_keep_coming_loses_nothing(bootstrap: str, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A partition's transaction fails (`Aborted`, as after a lost connection or a hung client call) while
+    records keep arriving: the worker forgets the partition and rejoins the group, and records of it that
+    were already fetched must not reach the engine in between (they crashed the worker with a KeyError,
+    seen with the dropped-connections test). The partition is replayed; state and output stay exact."""
+    # the checkpoint runs on the worker thread (no overlap) and stalls 1 s before the abort, so records of
+    # the failing partition wait fetched in the consumer when the worker gets back to consuming
+    monkeypatch.setenv("STYLUS_FAULT_PAUSE_AFTER", "txn.stage:3:1")
+    monkeypatch.setenv("STYLUS_FAULT_ABORT_AT", "txn.stage:3")
+    pipeline = _pipeline(tmp_path, bootstrap, {"class": "tests.apps.counting:WordCount",
+                                               "semantics": {"state": "exactly_once", "output": "exactly_once"},
+                                               "checkpoint": {"interval": "500ms", "overlap": False}},
+                         name="abort")
+    topic_in, topic_out = pipeline.processors["p"].inputs[0], pipeline.processors["p"].outputs[0]
+    words = [f"w{i % 20}" for i in range(3000)]
+    bg = Background(pipeline, bootstrap)
+    truth: Counter[str] = Counter()
+    for start in range(0, len(words), 100):  # a steady flow over ~6 s: the abort falls in the middle of it
+        batch = words[start:start + 100]
+        produce(bootstrap, topic_in, [(w, {"id": i}) for i, w in enumerate(batch, start)])
+        truth.update(batch)
+        time.sleep(0.2)
+    inputs = [(topic_in, 0), (topic_in, 1)]
+    ends = {tp: high for tp, (_, high) in end_offsets(bootstrap, inputs).items()}
+
+    def done() -> bool:
+        committed = committed_offsets(bootstrap, pipeline, "p", inputs)
+        return all(committed.get(tp) == end for tp, end in ends.items()) or bool(bg.runner.errors)
+
+    wait_for(done, 120, "every input offset committed")
+    assert bg.stop() == 0, bg.runner.errors
+    assert summed_state(tmp_path / "state", pipeline.pipeline, "p", topic_in, 2) == truth
+    counts: dict[str, list[int]] = {}
+    for value in read_json(bootstrap, topic_out):
+        counts.setdefault(value["word"], []).append(value["count"])
+    assert {w: sorted(c) for w, c in counts.items()} == {w: list(range(1, n + 1)) for w, n in truth.items()}

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
+
+if TYPE_CHECKING:
+    from stylus.backfill.bounds import Bound
+    from stylus.backfill.job import BackfillResult
+    from stylus.backfill.outputs import OutputTarget
+    from stylus.backfill.plan import Source
+    from stylus.config.model import Pipeline
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -30,6 +38,58 @@ def common_options(func: F) -> F:
     return func
 
 
+@dataclass(frozen=True)
+class SparkRun:
+    """A checked `backfill` or `replay` request: both run one processor over the same kind of input, and
+    differ only in where its output goes and what is reported."""
+
+    pipeline: Pipeline
+    name: str
+    lower: Bound
+    upper: Bound
+    master: str | None
+    source: Source
+    archive_root: str | None
+    chunk_size: int
+    progress: bool
+
+    @classmethod
+    def from_options(cls, pipeline_file: str, name: str, start: str | None, stop: str | None,
+                     master: str | None, source: str, archive_root: str | None, chunk_size: int,
+                     no_progress: bool) -> SparkRun:
+        """Load the pipeline and parse the range, or exit with the option that is wrong."""
+        from stylus.backfill.bounds import parse_bound
+        from stylus.cli.main import load_or_exit
+
+        pipeline = load_or_exit(pipeline_file, import_classes=True)
+        if name not in pipeline.processors:
+            raise click.BadParameter(f"no processor `{name}`; the pipeline has {sorted(pipeline.processors)}",
+                                     param_hint="--processor")
+        try:
+            lower = parse_bound(start, default="earliest")
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--from") from exc
+        try:
+            upper = parse_bound(stop, default="latest")
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--to") from exc
+        return cls(pipeline, name, lower, upper, master, cast("Source", source), archive_root, chunk_size,
+                   not no_progress)
+
+    def run(self, bootstrap: str, output: OutputTarget, *, app: str, seed: bool = False) -> BackfillResult:
+        """One Spark session for one run: started with the processor's modules preloaded, always stopped."""
+        from stylus.backfill.runner import backfill
+        from stylus.backfill.session import processor_modules, spark_session
+
+        spark = spark_session(self.master, app, preload=processor_modules(self.pipeline, [self.name]))
+        try:
+            return backfill(spark, self.pipeline, self.name, bootstrap, self.lower, self.upper, output=output,
+                            source=self.source, archive_root=self.archive_root, seed=seed,
+                            chunk_size=self.chunk_size, progress=self.progress)
+        finally:
+            spark.stop()
+
+
 @click.command("backfill")
 @click.argument("pipeline_file", type=click.Path())
 @common_options
@@ -44,28 +104,15 @@ def backfill_command(pipeline_file: str, name: str, start: str | None, stop: str
                      source: str, archive_root: str | None, chunk_size: int, no_progress: bool,
                      target: str | None, seed_state: bool, summary_file: str | None) -> None:
     """Run the processor's own process/on_timer code on Spark over historical input."""
-    from stylus.backfill.bounds import parse_bound
-    from stylus.backfill.runner import backfill, parse_output
-    from stylus.backfill.session import processor_modules, spark_session
-    from stylus.cli.main import emit_result, load_or_exit
+    from stylus.backfill.runner import parse_output
+    from stylus.cli.main import emit_result
     from stylus.runtime.runner import resolved_bootstrap
 
-    pipeline = load_or_exit(pipeline_file, import_classes=True)
-    if name not in pipeline.processors:
-        raise click.BadParameter(f"no processor `{name}`; the pipeline has {sorted(pipeline.processors)}",
-                                 param_hint="--processor")
-    try:
-        lower, upper = parse_bound(start, default="earliest"), parse_bound(stop, default="latest")
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from exc
+    request = SparkRun.from_options(pipeline_file, name, start, stop, master, source, archive_root, chunk_size,
+                                    no_progress)
+    pipeline = request.pipeline
     with resolved_bootstrap(pipeline) as bootstrap:
-        spark = spark_session(master, preload=processor_modules(pipeline, [name]))
-        try:
-            result = backfill(spark, pipeline, name, bootstrap, lower, upper, output=parse_output(target),
-                              source=source, archive_root=archive_root, seed=seed_state,  # type: ignore[arg-type]
-                              chunk_size=chunk_size, progress=not no_progress)
-        finally:
-            spark.stop()
+        result = request.run(bootstrap, parse_output(target), app="stylus-backfill", seed=seed_state)
     text = result.summary()
     if seed_state:
         state = pipeline.processors[name].state

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from stylus.cli.backfill import common_options
+from stylus.cli.backfill import SparkRun, common_options
 
 
 @click.command("replay")
@@ -24,34 +24,20 @@ def replay_command(pipeline_file: str, name: str, start: str | None, stop: str |
                    source: str, archive_root: str | None, chunk_size: int, no_progress: bool, shadow: str,
                    show_diff: bool, limit: int, output: str | None) -> None:
     """Re-run current code over past input into a shadow topic."""
-    from stylus.backfill.bounds import parse_bound
     from stylus.backfill.diff import diff_outputs, live_outputs, replayed
     from stylus.backfill.outputs import OutputTarget
-    from stylus.backfill.runner import backfill
-    from stylus.backfill.session import processor_modules, spark_session
-    from stylus.cli.main import emit_result, load_or_exit
+    from stylus.cli.main import emit_result
     from stylus.runtime.runner import resolved_bootstrap
 
-    pipeline = load_or_exit(pipeline_file, import_classes=True)
-    if name not in pipeline.processors:
-        raise click.BadParameter(f"no processor `{name}`; the pipeline has {sorted(pipeline.processors)}",
-                                 param_hint="--processor")
+    request = SparkRun.from_options(pipeline_file, name, start, stop, master, source, archive_root, chunk_size,
+                                    no_progress)
+    pipeline, lower, upper = request.pipeline, request.lower, request.upper
     if shadow in pipeline.topics:
         raise click.BadParameter(f"`{shadow}` is a pipeline topic; a shadow topic must be a new one",
                                  param_hint="--shadow")
-    try:
-        lower, upper = parse_bound(start, default="earliest"), parse_bound(stop, default="latest")
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from exc
     with resolved_bootstrap(pipeline) as bootstrap:
-        spark = spark_session(master, "stylus-replay", preload=processor_modules(pipeline, [name]))
-        try:
-            result = backfill(spark, pipeline, name, bootstrap, lower, upper,
-                              output=OutputTarget(kind="topic", topic=shadow, collect=show_diff),
-                              source=source, archive_root=archive_root,  # type: ignore[arg-type]
-                              chunk_size=chunk_size, progress=not no_progress)
-        finally:
-            spark.stop()
+        result = request.run(bootstrap, OutputTarget(kind="topic", topic=shadow, collect=show_diff),
+                             app="stylus-replay")
         text = result.summary() + f"  replayed into {shadow}\n"
         code = 0
         if show_diff:

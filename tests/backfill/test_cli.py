@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from stylus.kafka.admin import create_topics
@@ -52,3 +53,23 @@ def test_backfill_to_parquet_and_replay_diff(bootstrap: str, pipeline_factory: A
                         "--limit", "3", "--no-progress", "--master", "local[1]", bootstrap=bootstrap, timeout=180)
     assert differ.returncode == 1, differ.stdout + differ.stderr
     assert "differences (first 3)" in differ.stdout and "only live" in differ.stdout
+
+
+
+@pytest.mark.parametrize(("command", "args", "message"), [
+    ("backfill", ["--processor", "nope"], "Invalid value for --processor: no processor `nope`; the pipeline has"),
+    ("replay", ["--processor", "nope", "--shadow", "s"], "Invalid value for --processor: no processor `nope`"),
+    ("backfill", ["--processor", "count", "--from", "yesterday-ish"], "Invalid value for --from: 'yesterday-ish'"),
+    ("replay", ["--processor", "count", "--to", "yesterday-ish", "--shadow", "s"],
+     "Invalid value for --to: 'yesterday-ish'"),
+    ("replay", ["--processor", "count", "--shadow", "{counts}"],
+     "Invalid value for --shadow: `{counts}` is a pipeline topic"),
+])
+def test_a_wrong_option_is_named_before_spark_starts(command: str, args: list[str], message: str, bootstrap: str,
+                                                      pipeline_factory: Any) -> None:
+    path, pipeline = pipeline_factory(DOC)
+    counts = list(pipeline.topics)[1]
+    done = run_stylus(command, str(path), *(a.format(counts=counts) for a in args), bootstrap=bootstrap, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert message.format(counts=counts) in done.stderr
+    assert "Spark" not in done.stderr and "tasks" not in done.stderr

@@ -55,7 +55,6 @@ def test_backfill_to_parquet_and_replay_diff(bootstrap: str, pipeline_factory: A
     assert "differences (first 3)" in differ.stdout and "only live" in differ.stdout
 
 
-
 @pytest.mark.parametrize(("command", "args", "message"), [
     ("backfill", ["--processor", "nope"], "Invalid value for --processor: no processor `nope`; the pipeline has"),
     ("replay", ["--processor", "nope", "--shadow", "s"], "Invalid value for --processor: no processor `nope`"),

@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import tempfile
 import time
 import uuid
@@ -205,10 +206,15 @@ def main() -> None:
         for kind in ("stateless", "stateful"):
             raw, sty = max(results[f"{kind}/raw"]), max(results[f"{kind}/stylus"])
             raw_cpu, sty_cpu = max(cpu[f"{kind}/raw"]), max(cpu[f"{kind}/stylus"])
+            # each Stylus run against the raw run just before it: the machine's speed drifts by 20-30% between
+            # runs (neighbours, clock), and a pair shares most of that drift where two bests need not
+            paired = sorted(s / r for r, s in zip(results[f"{kind}/raw"], results[f"{kind}/stylus"], strict=True))
             summary[kind] = {"raw": raw, "stylus": sty, "ratio": sty / raw,
-                             "raw_cpu": raw_cpu, "stylus_cpu": sty_cpu, "ratio_cpu": sty_cpu / raw_cpu}
+                             "raw_cpu": raw_cpu, "stylus_cpu": sty_cpu, "ratio_cpu": sty_cpu / raw_cpu,
+                             "paired_median": statistics.median(paired), "paired": paired}
             print(f"{kind:9}: raw {raw:,.0f}/s  stylus {sty:,.0f}/s  = {sty / raw:.0%} of the raw loop;  per CPU-s: "
-                  f"raw {raw_cpu:,.0f}  stylus {sty_cpu:,.0f}  = {sty_cpu / raw_cpu:.0%}")
+                  f"raw {raw_cpu:,.0f}  stylus {sty_cpu:,.0f}  = {sty_cpu / raw_cpu:.0%};  paired runs: median "
+                  f"{statistics.median(paired):.0%} ({paired[0]:.0%}-{paired[-1]:.0%})")
         print(f"load average (1 min) during the runs: {min(loads):.1f}-{max(loads):.1f}")
         if args.json:
             args.json.write_text(json.dumps({"records": args.records, "raw_positional": args.raw_positional,

@@ -123,6 +123,7 @@ class PendingCheckpoint:
         self._gate: threading.Event | None = None  # set once an overlapped prefix's commit is settled
         self._gate_error: BaseException | None = None
         self.started = time.monotonic()
+        self.overlapped = False  # the middle steps run on the checkpoint thread while the worker goes on
         self.held = worker.sink.take_held()  # at-most-once output this checkpoint releases
         self.writes: dict[Step, list[Callable[[], None]]] = {}
         for step in self.steps:
@@ -162,6 +163,7 @@ class PendingCheckpoint:
         worker does not sit out the round trip. Whenever the worker itself must wait for the background,
         it first commits the same offsets synchronously (`commit_here`): a rebalance callback would
         otherwise keep the answer from ever arriving."""
+        self.overlapped = overlapped
         if not overlapped or not self.prefix or not self.middle:
             self._run(self.prefix)
             return
@@ -232,7 +234,10 @@ class PendingCheckpoint:
         for step in steps:
             if step is Step.EMIT:
                 self.worker.sink.produce_all(self.held)
-                self.worker.sink.flush()
+                if self.overlapped:  # on the checkpoint thread: the worker serves the delivery reports
+                    self.worker.sink.await_delivery()
+                else:
+                    self.worker.sink.flush()
             elif step is Step.TRANSACTION:
                 self._transactions()
             else:
@@ -249,7 +254,7 @@ class PendingCheckpoint:
         if snap.outputs is not None:  # a checkpoint of timers only (no input consumed): its own crash point
             self._passed("txn.stage.no-input")
         started = time.monotonic()
-        snap.txn.commit()
+        snap.txn.commit(served_elsewhere=self.overlapped)
         took = time.monotonic() - started
         self._passed("txn.commit")
         return took

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -14,6 +15,9 @@ from stylus.serde import encoder
 #: A held output: the positional arguments of `produce` (topic, value, key, partition, callback, on_delivery,
 #: timestamp[, headers]), as the engine's direct path builds them (DirectOutput), so it can hold them as they are.
 Pending = tuple[Any, ...]
+
+#: how long `await_delivery` leaves the serving of delivery reports to the worker's poll before doing it itself
+SERVED_ELSEWHERE_GRACE = 1.0
 
 
 class DeliveryFailed(RuntimeError):
@@ -46,6 +50,23 @@ def clean_headers(headers: Any, *, repair: bool) -> list[tuple[str, Any]]:
     items = headers.items() if isinstance(headers, Mapping) else headers
     return [(_utf8(str(name), repair), _utf8(value, repair) if isinstance(value, str) else value)
             for name, value in items]
+
+
+def wait_until_served(producer: Producer, grace: float) -> bool:
+    """Wait, without serving any, until every record `producer` took is acknowledged and its delivery
+    report served by the thread that polls it (the worker); False if `grace` passes first (a worker busy
+    in one long record). confluent-kafka takes the GIL once per record to serve a report, even an
+    unreported success: a second thread serving them while the worker runs Python fights it for the GIL
+    on every record. An overlapped checkpoint's flush of 10,000 records took 0.1-0.5 s that way instead
+    of a few ms, and slowed the worker meanwhile (measured: BENCHMARKS.md, issue 2)."""
+    deadline = time.monotonic() + grace
+    pause = 0.001
+    while len(producer):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
+    return True
 
 
 class KafkaSink:
@@ -166,6 +187,19 @@ class KafkaSink:
         remaining = self.producer.flush(timeout)
         if remaining:
             raise DeliveryFailed(f"{remaining} records still unacknowledged after {timeout}s")
+        self._raise_failures()
+
+    def await_delivery(self, timeout: float = 60.0, *, grace: float = SERVED_ELSEWHERE_GRACE) -> None:
+        """`flush` for a thread other than the one that polls the producer (an overlapped checkpoint's):
+        wait until every record produced so far is acknowledged and its report served, leaving the
+        serving to the poller (`wait_until_served`); after `grace`, serve the rest here."""
+        started = time.monotonic()
+        if not wait_until_served(self.producer, grace):
+            self.flush(max(0.0, timeout - (time.monotonic() - started)))
+            return
+        self._raise_failures()
+
+    def _raise_failures(self) -> None:
         if self.failures:
             failures, self.failures = self.failures, []
             raise DeliveryFailed(f"{len(failures)} records failed delivery; first: {failures[0]}")

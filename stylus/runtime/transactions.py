@@ -42,7 +42,13 @@ from stylus.kafka.reader import read_range
 from stylus.kafka.settings import client_config
 from stylus.kafka.txnprobe import hides_aborted_records
 from stylus.runtime.bounded import CallStuck, call_with_deadline
-from stylus.runtime.sink import KafkaSink, clean_headers, message_max_bytes
+from stylus.runtime.sink import (
+    SERVED_ELSEWHERE_GRACE,
+    KafkaSink,
+    clean_headers,
+    message_max_bytes,
+    wait_until_served,
+)
 from stylus.serde import encode_key
 from stylus.state.store import PartitionStore
 
@@ -377,8 +383,12 @@ class TransactionalPartition:
             [TopicPartition(task.topic, task.partition, snap.offset)],
             group_metadata, OFFSETS_TIMEOUT), "send_offsets_to_transaction", OFFSETS_DEADLINE)
 
-    def commit(self) -> None:
-        """T3. The flush runs beside the other partitions'; only the EndTxn request waits for its turn."""
+    def commit(self, *, served_elsewhere: bool = False) -> None:
+        """T3. The flush runs beside the other partitions'; only the EndTxn request waits for its turn.
+        `served_elsewhere`: on a checkpoint thread while the worker polls this producer, whose delivery
+        reports are then left to the worker (wait_until_served): the commit's own flush has none to serve."""
+        if served_elsewhere:
+            wait_until_served(self.producer, SERVED_ELSEWHERE_GRACE)
         if self.turns is not None:  # deliver the records first: only the EndTxn request is left to take turns
             self._guard(lambda: self.producer.flush(TXN_TIMEOUT), "flush")
         with self._turn():

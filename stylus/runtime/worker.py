@@ -167,12 +167,11 @@ class Worker:
                 if self._rejoin:
                     self._rejoin_group()
                 now = time.monotonic()
-                if now >= next_poll:
+                if now >= next_poll or self.inflight is not None:  # a checkpoint awaits these reports
                     next_poll = now + POLL_INTERVAL
                     self.producer.poll(0)
-                    if self.txns and self.inflight is None:  # exactly-once: serve their delivery reports too
-                        for txn in self.txns.values():
-                            txn.poll()
+                    for txn in self.txns.values():  # exactly-once: serve their delivery reports too
+                        txn.poll()
                 if self.engine.track_time and self.tasks:
                     self.event_time.tick(self.tasks.values())
                 held = sum(sink.held_count for sink in self._sinks())
@@ -256,7 +255,7 @@ class Worker:
         try:
             if not checkpoint and self.inflight is not None:
                 self.inflight[0].abandon()
-                self.inflight[1].exception()  # let the I/O finish; its outcome no longer matters
+                self._serve_until_done(self.inflight[1])  # let the I/O finish; its outcome no longer matters
                 self.inflight = None
             if checkpoint:
                 self.checkpoint()
@@ -320,11 +319,20 @@ class Worker:
             try:
                 pending.commit_here()
             except Exception:
-                future.exception()  # the background stops on the same error: let it finish first
+                self._serve_until_done(future)  # the background stops on the same error: let it finish first
                 raise
+        self._serve_until_done(future)
         future.result()  # a failed checkpoint fails the worker, as it would inline
         pending.run_suffix()
         self._complete(pending)
+
+    def _serve_until_done(self, future: Future[None]) -> None:
+        """Wait for the checkpoint thread while serving the producers' delivery reports, which its
+        `emit` and `transaction` steps wait for (stylus/runtime/sink.py, wait_until_served)."""
+        while not future.done():
+            self.producer.poll(0.005)
+            for txn in self.txns.values():
+                txn.poll()
 
     def _complete(self, pending: PendingCheckpoint) -> None:
         """Back on the worker thread once the steps are done."""

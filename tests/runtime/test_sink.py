@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -221,3 +223,34 @@ def test_held_output_the_producer_would_refuse_fails_as_it_is_held(bootstrap: st
         except KafkaException as exc:  # pragma: no cover - the failure this test exists for
             pytest.fail(f"librdkafka refused what the check let through: {exc}")
     producer.purge()
+
+
+@pytest.mark.parametrize("poller", [True, False], ids=["worker-polls", "no-poller"])
+def test_await_delivery_leaves_the_reports_to_the_poller(
+        bootstrap: str, topic_factory: Callable[..., str], poller: bool) -> None:
+    """An overlapped checkpoint's wait for its output (KafkaSink.await_delivery) serves no delivery report
+    while the worker polls: confluent-kafka takes the GIL per report, and a second thread doing that fought
+    the busy worker for it on every record. It returns only once the reports are served (a failure among
+    them must fail the checkpoint), and without a poller it serves them itself after its grace."""
+    topic = topic_factory("await")
+    pipeline = parse_pipeline(f"pipeline: s\ntopics: {{src: {{}}, {topic}: {{}}}}\nprocessors:\n"
+                              f"  p: {{class: 'a.b:C', inputs: [src], outputs: [{topic}]}}\n")
+    served_on: list[int] = []  # every success is reported here, so the serving thread shows
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0,
+                         "on_delivery": lambda err, msg: served_on.append(threading.get_ident())})
+    producer.flush(10)  # connected
+    sink = KafkaSink(producer, pipeline, (topic,), hold=False)
+    for n in range(100):
+        sink(topic, "k", {"n": n}, 1000, None)
+    waiter = threading.Thread(target=sink.await_delivery, kwargs={"timeout": 20, "grace": 5 if poller else 0.3})
+    waiter.start()
+    if poller:
+        time.sleep(0.5)  # long enough for the broker to acknowledge: still waiting, for the reports
+        assert waiter.is_alive() and not served_on
+        while waiter.is_alive():
+            producer.poll(0.01)
+        assert served_on == [threading.get_ident()] * 100
+    else:
+        waiter.join(10)
+        assert not waiter.is_alive() and served_on == [waiter.ident] * 100
+    assert len(producer) == 0 and len(read_raw(bootstrap, topic)) == 100

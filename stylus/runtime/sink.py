@@ -54,11 +54,12 @@ def clean_headers(headers: Any, *, repair: bool) -> list[tuple[str, Any]]:
 
 def wait_until_served(producer: Producer, grace: float) -> bool:
     """Wait, without serving any, until every record `producer` took is acknowledged and its delivery
-    report served by the thread that polls it (the worker); False if `grace` passes first (a worker busy
-    in one long record). confluent-kafka takes the GIL once per record to serve a report, even an
-    unreported success: a second thread serving them while the worker runs Python fights it for the GIL
-    on every record. An overlapped checkpoint's flush of 10,000 records took 0.1-0.5 s that way instead
-    of a few ms, and slowed the worker meanwhile (measured: BENCHMARKS.md, issue 2)."""
+    report served by the thread that polls it (the worker); False if `grace` passes first (a slow broker,
+    or a worker busy in one long record: the caller then serves the rest itself). confluent-kafka takes
+    the GIL once per record to serve a report, even an unreported success: a second thread serving them
+    while the worker runs Python fights it for the GIL on every record. An overlapped checkpoint's flush
+    of 10,000 records took 0.1-0.5 s that way instead of a few ms, and slowed the worker meanwhile
+    (measured: BENCHMARKS.md, issue 2)."""
     deadline = time.monotonic() + grace
     pause = 0.001
     while len(producer):

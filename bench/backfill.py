@@ -1,6 +1,7 @@
 """Issue 6 benchmark: backfill on Spark vs streaming replay of the same records.
 
     SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python -m bench.backfill --records 1000000 [--rounds 3] [--extras]
+    .venv/bin/python -m bench.backfill --records 1000000 --slot 4
 
 Runs its own embedded broker. Processor: tests.apps.counting:WordCount (stateful, one output per record),
 4 input partitions, 10,000 distinct keys. Both the stream and the backfill write their 1M outputs to a
@@ -10,7 +11,9 @@ inside it) and the same again on warm workers. A backfill is timed end to end (f
 to the results back on the driver) and from its first to its last processed record (as the stream is
 timed); only the session start (the JVM) is not counted. CPU: the stream's process, the backfill's whole
 process tree (driver, JVM, Python daemon and workers); the broker's separately. `--extras`: `local[1]`
-and the two ways into a DataFrame (a Python data source vs mapInArrow over planned ranges).
+and the two ways into a DataFrame (a Python data source vs mapInArrow over planned ranges). `--slot N`: no
+Spark and no stream; one task's work (the units of one of two slots, half the input) N times, each in a fresh
+process, with what a task costs per record: CPU, kernel time, page faults, and its peak RSS.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -25,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 from confluent_kafka import Producer
 
@@ -38,6 +43,7 @@ from stylus.backfill.outputs import OutputTarget  # noqa: E402
 from stylus.backfill.plan import Plan, Unit  # noqa: E402
 from stylus.backfill.read import read_unit  # noqa: E402
 from stylus.backfill.session import spark_session  # noqa: E402
+from stylus.backfill.task import JobSpec, assign_slots, run_slot  # noqa: E402
 from stylus.config import load_pipeline  # noqa: E402
 from stylus.kafka.admin import create_topics  # noqa: E402
 from stylus.kafka.broker import EmbeddedBroker  # noqa: E402
@@ -212,15 +218,63 @@ def child(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def run_child(bootstrap: str, tmp: Path, tag: str, master: str, n: int) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "bench.backfill", "--child", bootstrap, "--tmp", str(tmp), "--tag", tag,
-           "--master", master, "--records", str(n)]
+def slot_child(args: argparse.Namespace) -> None:
+    """One slot of a 2-slot plan run in this process as a Spark task runs it (`run_slot`), without Spark."""
+    path = pipeline_file(Path(args.tmp), args.tag)
+    pipeline = load_pipeline(path)
+    plan = plan_for(pipeline, "count", args.slot_child, parse_bound(None, default="earliest"),
+                    parse_bound(None, default="latest"))
+    job = JobSpec(pipeline=pipeline.model_dump(mode="json", by_alias=True), processor="count",
+                  bootstrap=args.slot_child, archive_root=None, output=OutputTarget(kind="outputs"))
+    units = [u.model_dump_json() for u in plan.units]
+    slot = assign_slots([sum(c.size for c in u.chunks) for u in plan.units], 2)[0]
+    rss_before = _rss_kb("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from here: planning's is not counted
+    before, opened = resource.getrusage(resource.RUSAGE_SELF), time.time()
+    summaries = [orjson.loads(row[4]) for row in run_slot(job, units, slot) if row[0] == "done"]
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    n = sum(s["read"] for s in summaries)
+    print("RESULT " + json.dumps({
+        "records": n, "first_to_last": max(s["last"] for s in summaries) - min(s["first"] for s in summaries),
+        "to_first": min(s["first"] for s in summaries) - opened,
+        "cpu_us": (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / n * 1e6,
+        "kernel_us": (after.ru_stime - before.ru_stime) / n * 1e6,
+        "faults_per_record": (after.ru_minflt - before.ru_minflt) / n,
+        "peak_rss_mb": _rss_kb("VmHWM") // 1024, "rss_before_mb": rss_before // 1024}), flush=True)
+
+
+def _rss_kb(field: str) -> int:
+    return int(Path("/proc/self/status").read_text().split(f"{field}:")[1].split()[0])
+
+
+def bench_slots(bootstrap: str, tmp: Path, rounds: int) -> None:
+    """`--slot`: what one task costs per record, each run in a fresh process (as a cold Python worker)."""
+    results = []
+    for r in range(1, rounds + 1):
+        x = child_result("--slot-child", bootstrap, "--tmp", str(tmp), "--tag", f"slot{r}")
+        results.append(x)
+        print(f"slot run {r}: {x['records']:,} records, first record after {x['to_first']:.3f}s, first to last "
+              f"{x['first_to_last']:.2f}s; per record "
+              f"{x['cpu_us']:.2f} us CPU (kernel {x['kernel_us']:.2f}), {x['faults_per_record']:.3f} page faults; "
+              f"peak RSS {x['peak_rss_mb']} MB (before the slot {x['rss_before_mb']} MB) [load {_load()}]", flush=True)
+    for key in ("cpu_us", "kernel_us", "faults_per_record", "peak_rss_mb"):
+        values = sorted(x[key] for x in results)
+        print(f"{key}: median {values[len(values) // 2]:.3f} (range {values[0]:.3f}-{values[-1]:.3f})")
+
+
+def child_result(*args: str) -> dict[str, Any]:
+    """Run `python -m bench.backfill ARGS` in a fresh process and return the JSON of its RESULT line."""
+    cmd = [sys.executable, "-m", "bench.backfill", *args]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode or not lines:
         raise RuntimeError(f"backfill child failed ({done.returncode}): {done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
     return result
+
+
+def run_child(bootstrap: str, tmp: Path, tag: str, master: str, n: int) -> dict[str, Any]:
+    return child_result("--child", bootstrap, "--tmp", str(tmp), "--tag", tag, "--master", master, "--records", str(n))
 
 
 def extras(bootstrap: str, tmp: Path, n: int, path: Path) -> None:
@@ -240,12 +294,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="stream, then a fresh backfill session, N times")
     parser.add_argument("--extras", action="store_true", help="also local[1] and the DataFrame ingest ways")
     parser.add_argument("--tmp", default="/tmp/stylus-bench-backfill")
+    parser.add_argument("--slot", type=int, default=0, help="instead: one task's work N times, fresh processes")
+    parser.add_argument("--slot-child", help=argparse.SUPPRESS)  # internal: one slot against this bootstrap
     parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: run one session against this bootstrap
     parser.add_argument("--tag", default="x", help=argparse.SUPPRESS)
     parser.add_argument("--master", default="local[2]", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         child(args)
+        return
+    if args.slot_child:
+        slot_child(args)
         return
     tmp = Path(args.tmp)
     shutil.rmtree(tmp, ignore_errors=True)  # state from an earlier run would resume mid-topic
@@ -259,6 +318,9 @@ def main() -> None:
         started = time.monotonic()
         produce(bootstrap, n)
         print(f"produced {n} records in {time.monotonic() - started:.1f}s", flush=True)
+        if args.slot:
+            bench_slots(bootstrap, tmp, args.slot)
+            return
         rows: list[dict[str, float]] = []
         for r in range(1, args.rounds + 1):  # interleaved: the neighbours' load hits both sides alike
             cpu, broker_cpu = time.process_time(), proc_cpu(broker.process.pid)

@@ -26,6 +26,7 @@ from stylus.core.engine import Engine, RaiseFailures
 from stylus.core.task import PartitionTask
 from stylus.kafka.settings import remember_connection
 from stylus.state.kv import MemoryKV
+from stylus.state.memory import MemoryState
 from stylus.state.store import PartitionStore
 
 RESULT_SCHEMA = pa.schema([
@@ -98,7 +99,8 @@ class UnitRun:
     def _task_for(self, topic: str, partition: int) -> PartitionTask:
         task = self.tasks.get((topic, partition))
         if task is None:
-            store = PartitionStore(MemoryKV(), cache_entries=10**9) if self.keep_state else None
+            # a dict as `ctx.state`: this engine's failures end the task, and the state is saved once
+            store = PartitionStore(MemoryKV(), state=MemoryState()) if self.keep_state else None
             task = self.tasks[(topic, partition)] = PartitionTask(topic, partition, store)
         return task
 
@@ -128,6 +130,7 @@ class UnitRun:
                     # `at_eof` stays False, as for a stream that has not yet waited out `idle_timeout`
                     engine.advance_time(self.tasks.values())
             self.last = time.time()
+            self._check_state_keys()
             output.close()
             self.closed = time.time()
         finally:
@@ -136,6 +139,17 @@ class UnitRun:
                 gc.enable()
         task.next_offset = unit.next_offset
         yield from self._rows(output.collected, output.counts)
+
+    def _check_state_keys(self) -> None:
+        """A key the stream's state refuses at the write (not a str) fails the task with that error; a task's
+        MemoryState takes any key, so it is checked once the unit is done (stylus/state/memory.py)."""
+        for partition_task in self.tasks.values():
+            if isinstance(partition_task.state, MemoryState):
+                try:
+                    partition_task.state.check_keys()
+                except TypeError as exc:
+                    raise TypeError(f"processor `{self.job.processor}`, state of {partition_task.topic}"
+                                    f"[{partition_task.partition}]: {exc}") from exc
 
     def _rows(self, collected: list[tuple[str, str | None, bytes, int]],
               counts: dict[str, int]) -> Iterator[tuple[Any, ...]]:

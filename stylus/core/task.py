@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stylus.state.store import PartitionStore, StateMap
+
+if TYPE_CHECKING:
+    from stylus.state.memory import MemoryState
 
 NO_TIME = -(2**63)
 
@@ -29,7 +32,7 @@ class PartitionTask:
         self.topic = topic
         self.partition = partition
         self.store = store
-        self.state: StateMap | None = store.state if store is not None else None
+        self.state: StateMap | MemoryState | None = store.state if store is not None else None
         self.sink: Any = None  # a per-partition sink (exactly-once output: one transaction per partition)
         stored = store.stored_offset() if store is not None else None
         self.next_offset: int | None = stored  # next input offset to process

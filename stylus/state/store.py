@@ -20,11 +20,14 @@ from __future__ import annotations
 import heapq
 import struct
 from collections.abc import Callable, Iterator, MutableMapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from stylus.state.kv import KV
+
+if TYPE_CHECKING:
+    from stylus.state.memory import MemoryState
 
 _STATE = b"s"
 _TIMER = b"t"
@@ -129,11 +132,21 @@ class Journal(Protocol):
     def clear(self) -> None: ...
 
 
-def _dumps(value: Any) -> bytes:
+def encode_value(value: Any) -> bytes:
+    """A state value as the KV holds it (JSON)."""
     try:  # plain dumps is ~2.5x faster; the option only matters for non-str dict keys (same bytes otherwise)
         return orjson.dumps(value)
     except TypeError:
         return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+
+
+def state_key(key: str) -> bytes:
+    """A user-state key as the KV holds it."""
+    return _STATE + key.encode("utf-8", "surrogateescape")
+
+
+def key_type_error(key: object) -> TypeError:
+    return TypeError(f"state keys are str, not {type(key).__name__} ({key!r})")
 
 
 class StateMap(MutableMapping[str, Any]):
@@ -161,8 +174,8 @@ class StateMap(MutableMapping[str, Any]):
 
     def _load(self, key: str) -> Any:
         if not isinstance(key, str):
-            raise TypeError(f"state keys are str, not {type(key).__name__} ({key!r})")
-        raw = self._kv.get(_STATE + key.encode("utf-8", "surrogateescape"))
+            raise key_type_error(key)
+        raw = self._kv.get(state_key(key))
         value = _DELETED if raw is None else orjson.loads(raw)
         self._values[key] = value
         return value
@@ -175,7 +188,7 @@ class StateMap(MutableMapping[str, Any]):
 
     def __setitem__(self, key: str, value: Any) -> None:
         if type(key) is not str and not isinstance(key, str):
-            raise TypeError(f"state keys are str, not {type(key).__name__} ({key!r})")
+            raise key_type_error(key)
         values = self._values
         undo = self._undo
         if undo is not None:  # every write is journaled; rollback replays the entries backwards
@@ -241,7 +254,7 @@ class StateMap(MutableMapping[str, Any]):
         out: dict[bytes, bytes | None] = {}
         for key in self._dirty:
             value = self._values[key]
-            out[_STATE + key.encode("utf-8", "surrogateescape")] = None if value is _DELETED else _dumps(value)
+            out[state_key(key)] = None if value is _DELETED else encode_value(value)
         return out
 
     def journal(self) -> Journal:
@@ -380,9 +393,10 @@ class PartitionStore:
         """Save `source.take_changes()` in the same atomic batch as the state from now on."""
         self.extensions = (*self.extensions, source)
 
-    def __init__(self, kv: KV, *, cache_entries: int = 100_000) -> None:
+    def __init__(self, kv: KV, *, cache_entries: int = 100_000, state: MemoryState | None = None) -> None:
+        """`state`: a backfill task's MemoryState (stylus/state/memory.py) instead of a StateMap over `kv`."""
         self.kv = kv
-        self.state = StateMap(kv, cache_entries)
+        self.state: StateMap | MemoryState = state if state is not None else StateMap(kv, cache_entries)
         self.timers = Timers(kv)
         self._meta_changes: dict[bytes, bytes | None] = {}  # set_meta: saved with the next state save
 
@@ -402,7 +416,7 @@ class PartitionStore:
 
     @staticmethod
     def meta_change(name: str, value: Any) -> dict[bytes, bytes | None]:
-        return {_META + name.encode(): None if value is None else _dumps(value)}
+        return {_META + name.encode(): None if value is None else encode_value(value)}
 
     def set_meta(self, name: str, value: Any) -> None:
         """Metadata that belongs with the state (the event-time floor): written by the next state save."""

@@ -33,3 +33,11 @@ class Padded(Processor):
 
     def process(self, record, ctx):
         ctx.emit({"id": record.value["id"], "pad": "x" * record.value.get("pad", 0)}, key=record.key)
+
+
+class IntStateKey(Processor):
+    """Writes state under an int key, which state refuses (keys are str)."""
+
+    def process(self, record, ctx):
+        ctx.state[len(record.key)] = 1
+        ctx.emit(record.value, key=record.key)

@@ -76,6 +76,21 @@ def test_a_delivery_failure_of_an_earlier_unit_still_fails_the_task(bootstrap: s
         list(run_slot(job, units, [0, 1]))
 
 
+def test_a_state_key_the_stream_refuses_fails_the_task(bootstrap: str, pipeline_factory: Any) -> None:
+    """A task's state is a plain dict (stylus/state/memory.py) that takes any key; the stream's refuses a
+    non-str key at the write, so the task must fail on it too, with the same error."""
+    doc = wordcount()
+    doc["processors"]["count"]["class"] = "tests.apps.counting:IntStateKey"
+    _, pipeline = pipeline_factory(doc)
+    words, _ = list(pipeline.topics)
+    create_topics(bootstrap, dict(pipeline.topics))
+    produce(bootstrap, words, [(f"w{i % 5}", {"w": i}) for i in range(50)])
+    job, units = one_task(bootstrap, pipeline)
+
+    with pytest.raises(TypeError, match=r"state keys are str, not int \(2\)"):
+        list(run_slot(job, units, [0, 1]))
+
+
 def test_serving_the_output_between_batches_lets_delivered_records_go(bootstrap: str, pipeline_factory: Any) -> None:
     """librdkafka keeps a produced record until its delivery report is served, even one that is reported
     only on error: a task that never served them held its whole output until the end (~150 MB per 500,000

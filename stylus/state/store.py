@@ -150,26 +150,33 @@ def key_type_error(key: object) -> TypeError:
 
 
 class StateMap(MutableMapping[str, Any]):
-    """`ctx.state`: reads go through a cache, writes are buffered until the next commit."""
+    """`ctx.state`: reads go through a cache, writes are buffered until the next commit.
+
+    Two dicts: `_values` holds what the KV holds (or a checkpoint in flight is writing), `_dirty` the writes
+    since the last checkpoint. A write is then one dict store, its journal entry the key's previous unsaved
+    value, and a rollback or a discard only touches `_dirty`: ~60 ns less per read-and-write than one dict
+    plus a set of dirty keys (BENCHMARKS.md, issue 2)."""
 
     __slots__ = ("_capacity", "_dirty", "_inflight", "_kv", "_undo", "_values")
 
     def __init__(self, kv: KV, capacity: int = 100_000) -> None:
         self._kv = kv
-        self._values: dict[str, Any] = {}
-        self._dirty: set[str] = set()
+        self._values: dict[str, Any] = {}  # saved values (or _DELETED: known absent)
+        self._dirty: dict[str, Any] = {}  # unsaved writes (or _DELETED: deleted)
         # keys a checkpoint took (`take_changes`) whose write may not have reached the KV yet (overlapped
         # checkpoints write on another thread; exactly-once output applies only after its commit): point
         # reads find them in the cache, scans must add them too, or a window closing meanwhile misses them
         self._inflight: set[str] = set()
         self._capacity = capacity
-        self._undo: list[tuple[str, Any, bool]] | None = None  # see journal()
+        self._undo: list[tuple[str, Any]] | None = None  # see journal()
 
     def get(self, key: str, default: Any = None) -> Any:
-        try:  # the hot path: a cached key (no exception, no method call)
-            value = self._values[key]
-        except KeyError:
-            value = self._load(key)
+        value = self._dirty.get(key, _MISSING)  # the hot path: a key written since the last checkpoint
+        if value is _MISSING:
+            try:  # then a cached key (no exception, no method call)
+                value = self._values[key]
+            except KeyError:
+                value = self._load(key)
         return default if value is _DELETED else value
 
     def _load(self, key: str) -> Any:
@@ -189,37 +196,43 @@ class StateMap(MutableMapping[str, Any]):
     def __setitem__(self, key: str, value: Any) -> None:
         if type(key) is not str and not isinstance(key, str):
             raise key_type_error(key)
-        values = self._values
+        dirty = self._dirty
         undo = self._undo
         if undo is not None:  # every write is journaled; rollback replays the entries backwards
-            undo.append((key, values.get(key, _MISSING), key in self._dirty))
-        values[key] = value
-        self._dirty.add(key)
+            undo.append((key, dirty.get(key, _MISSING)))
+        dirty[key] = value
 
     def __delitem__(self, key: str) -> None:
         if key not in self:
             raise KeyError(key)
+        dirty = self._dirty
         undo = self._undo
         if undo is not None:
-            undo.append((key, self._values[key], key in self._dirty))
-        self._values[key] = _DELETED
-        self._dirty.add(key)
+            undo.append((key, dirty.get(key, _MISSING)))
+        dirty[key] = _DELETED
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and self.get(key, _MISSING) is not _MISSING
+
+    def _current(self, key: str, raw_value: bytes) -> Any:
+        """The value of a key a KV scan found: the unsaved write, the cached one, or the scanned bytes."""
+        value = self._dirty.get(key, _MISSING)
+        if value is _MISSING:
+            value = self._values.get(key, _MISSING)
+        return orjson.loads(raw_value) if value is _MISSING else value
 
     def _scan(self) -> Iterator[tuple[str, Any]]:
         seen = set()
         for raw_key, raw_value in self._kv.scan(_STATE):
             key = raw_key[1:].decode("utf-8", "surrogateescape")
             seen.add(key)
-            value = self._values.get(key, _MISSING)
-            if value is _MISSING:
-                value = orjson.loads(raw_value)
+            value = self._current(key, raw_value)
             if value is not _DELETED:
                 yield key, value
-        for key in sorted((self._dirty | self._inflight) - seen):
-            value = self._values.get(key, _DELETED)
+        for key in sorted((self._dirty.keys() | self._inflight) - seen):
+            value = self._dirty.get(key, _MISSING)
+            if value is _MISSING:
+                value = self._values.get(key, _DELETED)
             if value is not _DELETED:
                 yield key, value
 
@@ -231,13 +244,14 @@ class StateMap(MutableMapping[str, Any]):
         found: dict[str, Any] = {}
         for raw_key, raw_value in self._kv.scan(raw_prefix):
             key = raw_key[1:].decode("utf-8", "surrogateescape")
-            value = self._values.get(key, _MISSING)
-            found[key] = orjson.loads(raw_value) if value is _MISSING else value
+            found[key] = self._current(key, raw_value)
         values = self._values
-        for keys in (self._inflight, self._dirty):  # buffered writes, newest last
-            for key in keys:
-                if key.startswith(prefix) and key in values:
-                    found[key] = values[key]
+        for key in self._inflight:  # written by a checkpoint still in flight: the KV may not show it yet
+            if key.startswith(prefix) and key in values:
+                found[key] = values[key]
+        for key, value in self._dirty.items():  # unsaved writes, newest
+            if key.startswith(prefix):
+                found[key] = value
         return sorted(((k, v) for k, v in found.items() if v is not _DELETED), key=lambda item: item[0])
 
     def items(self) -> Iterator[tuple[str, Any]]:  # type: ignore[override]
@@ -251,16 +265,13 @@ class StateMap(MutableMapping[str, Any]):
 
     def changes(self) -> dict[bytes, bytes | None]:
         """The buffered writes as KV changes (JSON encoding happens here, once per checkpoint)."""
-        out: dict[bytes, bytes | None] = {}
-        for key in self._dirty:
-            value = self._values[key]
-            out[state_key(key)] = None if value is _DELETED else encode_value(value)
-        return out
+        return {state_key(key): None if value is _DELETED else encode_value(value)
+                for key, value in self._dirty.items()}
 
     def journal(self) -> Journal:
-        """Start remembering the value and dirtiness each key had before each write, so a failing record's
-        `[]=`/`del` can be undone (`rollback`). The engine clears it before each record. A list, appended to
-        without a lookup: the cheapest journal for the common case, a record that succeeds.
+        """Start remembering each key's unsaved value before each write, so a failing record's `[]=`/`del`
+        can be undone (`rollback`). The engine clears it before each record. A list, appended to without a
+        lookup: the cheapest journal for the common case, a record that succeeds.
         In-place changes to a value object read from the state are not seen: assign new values."""
         if self._undo is None:
             self._undo = []
@@ -268,47 +279,52 @@ class StateMap(MutableMapping[str, Any]):
 
     def rollback(self) -> None:
         """Undo the writes journaled since the last clear (a record that raised), newest first, so each key
-        ends with the value it had before the record's first write to it."""
+        ends with the unsaved value it had before the record's first write to it, or none."""
         undo = self._undo
         if not undo:
             return
-        for key, value, was_dirty in reversed(undo):
+        dirty = self._dirty
+        for key, value in reversed(undo):
             if value is _MISSING:
-                self._values.pop(key, None)
+                dirty.pop(key, None)
             else:
-                self._values[key] = value
-            if not was_dirty:
-                self._dirty.discard(key)
+                dirty[key] = value
         undo.clear()
+
+    def _settle(self) -> None:
+        """The unsaved writes become the saved values (their write is taken or done)."""
+        self._values.update(self._dirty)
+        self._dirty.clear()
+        if self._undo:
+            self._undo.clear()
 
     def take_changes(self) -> dict[bytes, bytes | None]:
         """The buffered writes, and from now on they count as saved: a checkpoint snapshot. The values stay
         cached, so reads are right while the write is still in flight on another thread."""
         changes = self.changes()
-        self._inflight |= self._dirty
-        self._dirty.clear()
-        if self._undo:
-            self._undo.clear()
+        self._inflight.update(self._dirty)
+        self._settle()
         return changes
 
     def evict(self) -> None:
         """Bound the cache once the writes it held are on disk (every checkpoint's write has landed when this
-        is called); unsaved values always stay."""
+        is called); unsaved values are in `_dirty` and always stay."""
         self._inflight.clear()
         if len(self._values) > self._capacity:
-            self._values = {key: self._values[key] for key in self._dirty}
+            self._values = {}
 
     def mark_clean(self) -> None:
-        if self._undo:
-            self._undo.clear()
-        self._dirty.clear()
+        self._settle()
         self.evict()
 
     def discard_changes(self) -> None:
+        """Forget the unsaved writes, and the cached values of their keys: a key also written by a checkpoint
+        that did not commit reads again from the KV."""
         if self._undo:
             self._undo.clear()
+        values = self._values
         for key in self._dirty:
-            self._values.pop(key, None)
+            values.pop(key, None)
         self._dirty.clear()
 
     @property

@@ -145,3 +145,28 @@ def test_scans_see_what_a_checkpoint_took_until_it_lands(make_kv) -> None:
     store.save(3)
     store.close()
     assert PartitionStore(make_kv()).state.scan_prefix("w:10:") == expected
+
+
+def test_rolled_back_and_discarded_writes_read_as_saved(make_kv) -> None:
+    """A failing record's writes (rollback) and a lost partition's (discard) leave the saved values readable
+    and nothing for the next checkpoint to write, also for keys a checkpoint in flight had taken."""
+    store = PartitionStore(make_kv())
+    store.state["a"] = 1
+    store.state["b"] = 1
+    store.save(1)
+    journal = store.state.journal()
+    journal.clear()
+    store.state["a"] = 2
+    store.state["a"] = 3
+    del store.state["b"]
+    store.state["c"] = 1
+    store.state.rollback()
+    assert (store.state["a"], store.state["b"], "c" in store.state) == (1, 1, False)
+    assert store.state_changes() == {}
+    store.state["a"] = 4
+    write = store.prepare_save(2)  # taken, not yet written: the KV still says 1
+    store.state["a"] = 5
+    store.state["b"] = 5
+    store.state.discard_changes()  # the checkpoint did not land, the partition is gone: read the KV again
+    assert (store.state["a"], store.state["b"]) == (1, 1) and not store.dirty
+    assert write is not None  # the worker then drops the partition's store: the taken write never lands

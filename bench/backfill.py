@@ -13,7 +13,8 @@ timed); only the session start (the JVM) is not counted. CPU: the stream's proce
 process tree (driver, JVM, Python daemon and workers); the broker's separately. `--extras`: `local[1]`
 and the two ways into a DataFrame (a Python data source vs mapInArrow over planned ranges). `--slot N`: no
 Spark and no stream; one task's work (the units of one of two slots, half the input) N times, each in a fresh
-process, with what a task costs per record: CPU, kernel time, page faults, and its peak RSS.
+process, with what a task costs per record: CPU (and the part of it on the task's own thread), kernel time,
+page faults, and its peak RSS.
 """
 
 from __future__ import annotations
@@ -231,7 +232,9 @@ def slot_child(args: argparse.Namespace) -> None:
     rss_before = _rss_kb("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from here: planning's is not counted
     before, opened = resource.getrusage(resource.RUSAGE_SELF), time.time()
+    thread_before = resource.getrusage(resource.RUSAGE_THREAD)  # the task's own thread (librdkafka's are the rest)
     summaries = [orjson.loads(row[4]) for row in run_slot(job, units, slot) if row[0] == "done"]
+    thread_after = resource.getrusage(resource.RUSAGE_THREAD)
     after = resource.getrusage(resource.RUSAGE_SELF)
     n = sum(s["read"] for s in summaries)
     print("RESULT " + json.dumps({
@@ -239,6 +242,8 @@ def slot_child(args: argparse.Namespace) -> None:
         "to_first": min(s["first"] for s in summaries) - opened,
         "cpu_us": (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / n * 1e6,
         "kernel_us": (after.ru_stime - before.ru_stime) / n * 1e6,
+        "task_thread_us": (thread_after.ru_utime + thread_after.ru_stime - thread_before.ru_utime
+                           - thread_before.ru_stime) / n * 1e6,
         "faults_per_record": (after.ru_minflt - before.ru_minflt) / n,
         "peak_rss_mb": _rss_kb("VmHWM") // 1024, "rss_before_mb": rss_before // 1024}), flush=True)
 
@@ -255,9 +260,10 @@ def bench_slots(bootstrap: str, tmp: Path, rounds: int) -> None:
         results.append(x)
         print(f"slot run {r}: {x['records']:,} records, first record after {x['to_first']:.3f}s, first to last "
               f"{x['first_to_last']:.2f}s; per record "
-              f"{x['cpu_us']:.2f} us CPU (kernel {x['kernel_us']:.2f}), {x['faults_per_record']:.3f} page faults; "
+              f"{x['cpu_us']:.2f} us CPU (kernel {x['kernel_us']:.2f}; the task's thread "
+              f"{x['task_thread_us']:.2f}, the rest librdkafka's), {x['faults_per_record']:.3f} page faults; "
               f"peak RSS {x['peak_rss_mb']} MB (before the slot {x['rss_before_mb']} MB) [load {_load()}]", flush=True)
-    for key in ("cpu_us", "kernel_us", "faults_per_record", "peak_rss_mb"):
+    for key in ("cpu_us", "kernel_us", "task_thread_us", "faults_per_record", "peak_rss_mb"):
         values = sorted(x[key] for x in results)
         print(f"{key}: median {values[len(values) // 2]:.3f} (range {values[0]:.3f}-{values[-1]:.3f})")
 

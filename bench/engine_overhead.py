@@ -1,0 +1,210 @@
+"""Issue 2: what the engine costs per record beside the raw loop's own work, with the Kafka clients taken out.
+
+    .venv/bin/python -m bench.engine_overhead --records 200000 --repeat 7
+
+`bench.throughput` times whole runs: consume, client threads, broker, checkpoints. Their noise (a few
+points between runs on this shared machine) hides changes of a few tens of ns per record. Here both sides
+run over the same real confluent-kafka `Message`s, consumed once from the embedded broker and kept in
+memory, and both produce to the same kind of producer, one whose broker never answers (it only queues, as
+librdkafka does before sending). So the two differ only in the Python each runs per record:
+- raw: the body of `bench.throughput`'s raw loop (decode, filter or count in a dict, encode, produce);
+- floor: the least any engine offering SPEC section 2's API does per record, and nothing else: a `Record`
+  with the key decoded, a `process` call, an `emit` call that encodes and holds its output until `process`
+  returns, then `produce`; a plain dict as the state. No failure handling, no timers, no per-partition
+  tasks, no offsets kept: the API's own price, which no engine work can take away;
+- engine: `Engine.process_messages` with the bench's processor and the worker's `KafkaSink`, its state a
+  `StateMap` over RocksDB for the stateful one (no checkpoint is taken: the per-record part only).
+Runs alternate; each figure is thread CPU per record, the median over `--repeat` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, Producer
+
+from bench.throughput import KEEP, PARTITIONS, bench_pipeline, load_input
+from stylus.api import Processor, Record, import_processor_class
+from stylus.config.model import Pipeline, TopicSpec
+from stylus.core.engine import Engine, RaiseFailures
+from stylus.core.task import PartitionTask
+from stylus.kafka.admin import create_topics
+from stylus.kafka.broker import EmbeddedBroker
+from stylus.runtime.sink import KafkaSink
+from stylus.state.kv import RocksKV
+from stylus.state.store import PartitionStore
+
+BATCH = 2000  # the worker's default consume() count
+OUTPUT = "out"
+
+
+def read_messages(records: int) -> list[Any]:
+    """`records` real Messages of bench.throughput's input, consumed from a broker of our own."""
+    with EmbeddedBroker() as broker:
+        topic = f"overhead-{uuid.uuid4().hex[:6]}"
+        create_topics(broker.bootstrap, {topic: TopicSpec(partitions=PARTITIONS)})
+        load_input(broker.bootstrap, topic, records)
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
+                             "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                             "enable.auto.commit": False})
+        consumer.subscribe([topic])
+        msgs: list[Any] = []
+        while len(msgs) < records:
+            msgs += [m for m in consumer.consume(BATCH, 1.0) if m.error() is None]
+        consumer.close()
+    return msgs
+
+
+def queue_only_producer(on_delivery: Callable[[Any, Any], None] = lambda err, msg: None) -> Producer:
+    """A producer that queues everything and sends nothing: its broker address has no one listening."""
+    return Producer({"bootstrap.servers": "127.0.0.1:1", "queue.buffering.max.messages": 2_000_000,
+                     "queue.buffering.max.kbytes": 2_000_000, "linger.ms": 60_000,
+                     "delivery.report.only.error": True, "on_delivery": on_delivery,
+                     "log_level": 0})
+
+
+def raw_body(producer: Producer, batches: list[list[Any]], stateful: bool) -> None:
+    """bench.throughput's raw loop without its consume and commit, produce called positionally."""
+    loads, dumps, produce = orjson.loads, orjson.dumps, producer.produce
+    counts: dict[str, int] = {}
+    positions: dict[int, int] = {}
+    for batch in batches:
+        for msg in batch:
+            if msg.error():
+                continue
+            value = loads(msg.value())
+            key = msg.key()
+            positions[msg.partition()] = msg.offset() + 1
+            if stateful:
+                k = key.decode()
+                n = counts.get(k, 0) + 1
+                counts[k] = n
+                out: Any = {"key": k, "count": n}
+            elif value["type"] in KEEP:
+                out = value
+            else:
+                continue
+            produce(OUTPUT, dumps(out), key, -1, None, None, msg.timestamp()[1])
+
+
+class FloorContext:
+    """`ctx` of the floor: `emit` to the one output, encoded at once, held until `process` returns."""
+
+    __slots__ = ("held", "raw_key", "record", "state", "timestamp")
+
+    def __init__(self) -> None:
+        self.held: list[tuple[Any, ...]] = []
+        self.state: dict[str, Any] = {}
+        self.record: Record | None = None
+        self.raw_key: bytes | None = None
+        self.timestamp = 0
+
+    def emit(self, value: Any, key: str | None = None, topic: str | None = None, timestamp: int | None = None,
+             headers: Any = None) -> None:
+        raw_key = None if key is None else self.raw_key if key is self.record.key else key.encode()  # type: ignore[union-attr]
+        self.held.append((OUTPUT, orjson.dumps(value), raw_key, -1, None, None,
+                          self.timestamp if timestamp is None else timestamp))
+
+
+def floor_body(producer: Producer, batches: list[list[Any]], processor: Processor) -> None:
+    process, produce, loads, new_record = processor.process, producer.produce, orjson.loads, object.__new__
+    ctx = FloorContext()
+    held = ctx.held
+    for batch in batches:
+        for msg in [m for m in batch if m.error() is None]:
+            key, timestamp = msg.key(), msg.timestamp()[1]
+            record = new_record(Record)
+            record.key = key.decode("utf-8", "surrogateescape")
+            record.value = loads(msg.value())
+            record.timestamp = timestamp
+            record.topic = msg.topic()
+            record.partition = msg.partition()
+            record.offset = msg.offset()
+            record.headers = msg.headers() or {}
+            ctx.record, ctx.raw_key, ctx.timestamp = record, key, timestamp
+            process(record, ctx)  # type: ignore[arg-type]  # the floor's ctx offers what the bench's processors use
+            for item in held:
+                produce(*item)
+            held.clear()
+
+
+def new_processor(pipeline: Pipeline) -> Processor:
+    spec = pipeline.processors["p"]
+    return import_processor_class(spec.class_)(config=spec.config, name="p")
+
+
+def engine_body(producer: Producer, batches: list[list[Any]], pipeline: Pipeline, state_dir: Path) -> None:
+    spec = pipeline.processors["p"]
+    processor = new_processor(pipeline)
+    engine = Engine(processor, "p", spec, pipeline, KafkaSink(producer, pipeline, spec.outputs, hold=False),
+                    RaiseFailures())
+    engine.start()
+    tasks: dict[tuple[str, int], PartitionTask] = {}
+    stores: list[RocksKV] = []
+
+    def task_for(topic: str, partition: int) -> PartitionTask:
+        task = tasks.get((topic, partition))
+        if task is None:
+            store = None
+            if spec.stateful:
+                stores.append(RocksKV(state_dir / f"{topic}-{partition}"))
+                store = PartitionStore(stores[-1], cache_entries=spec.state.cache_entries)
+            task = tasks[(topic, partition)] = PartitionTask(topic, partition, store)
+        return task
+
+    try:
+        for batch in batches:
+            engine.process_messages([m for m in batch if m.error() is None], task_for)  # as Worker._handle
+    finally:
+        for kv in stores:
+            kv.close()
+
+
+def cpu_per_record(body: Callable[..., None], records: int, *args: Any) -> float:
+    """This thread's CPU per record of `body(producer, *args)`, with a fresh producer."""
+    producer = queue_only_producer()
+    started = time.thread_time()
+    body(producer, *args)
+    elapsed = time.thread_time() - started
+    producer.purge()
+    return elapsed / records * 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    msgs = read_messages(args.records)
+    batches = [msgs[i:i + BATCH] for i in range(0, len(msgs), BATCH)]
+    topic_in = msgs[0].topic()
+    gc.collect()
+    gc.freeze()  # what the worker's GC setting does (stylus/runtime/gctune.py), for both sides
+    with tempfile.TemporaryDirectory() as tmp:
+        for stateful in (False, True):
+            pipeline = bench_pipeline("127.0.0.1:1", topic_in, OUTPUT, stateful, f"{tmp}/unused")
+            figures: dict[str, list[float]] = {"raw": [], "floor": [], "engine": []}
+            for rep in range(args.repeat):
+                figures["raw"].append(cpu_per_record(raw_body, len(msgs), batches, stateful))
+                figures["floor"].append(cpu_per_record(floor_body, len(msgs), batches, new_processor(pipeline)))
+                state_dir = Path(tmp) / f"{int(stateful)}-{rep}"
+                figures["engine"].append(cpu_per_record(engine_body, len(msgs), batches, pipeline, state_dir))
+            raw, floor, engine = (statistics.median(figures[k]) for k in ("raw", "floor", "engine"))
+            spans = {k: f"{min(v):,.0f}-{max(v):,.0f}" for k, v in figures.items()}
+            kind = "stateful" if stateful else "stateless"
+            print(f"{kind}, ns per record: raw {raw:,.0f} ({spans['raw']}), floor {floor:,.0f} ({spans['floor']}), "
+                  f"engine {engine:,.0f} ({spans['engine']}). The API's price (floor - raw) {floor - raw:,.0f}; the "
+                  f"engine's own (engine - floor) {engine - floor:,.0f}; raw/engine {raw / engine:.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""bench/engine_overhead.py compares like with like: over the same messages, the raw body, the API's floor
+and the engine queue as many outputs as the work calls for (the kept types, or one count per record), so
+the differences it prints are costs, not different work."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from bench.engine_overhead import (
+    BATCH,
+    OUTPUT,
+    engine_body,
+    floor_body,
+    new_processor,
+    queue_only_producer,
+    raw_body,
+    read_messages,
+)
+from bench.throughput import KEEP, bench_pipeline
+
+RECORDS = 3000
+
+
+@pytest.fixture(scope="module")
+def batches() -> list[list[Any]]:
+    msgs = read_messages(RECORDS)
+    return [msgs[i:i + BATCH] for i in range(0, len(msgs), BATCH)]
+
+
+@pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])
+def test_raw_and_engine_queue_the_same_outputs(batches: list[list[Any]], stateful: bool, tmp_path: Path) -> None:
+    msgs = [m for batch in batches for m in batch]
+    expected = RECORDS if stateful else sum(orjson.loads(m.value())["type"] in KEEP for m in msgs)
+    assert 0 < expected <= RECORDS
+    pipeline = bench_pipeline("127.0.0.1:1", msgs[0].topic(), OUTPUT, stateful, str(tmp_path / "unused"))
+    queued = []
+    sides = ((raw_body, (batches, stateful)), (floor_body, (batches, new_processor(pipeline))),
+             (engine_body, (batches, pipeline, tmp_path / "state")))
+    for body, args in sides:
+        purged: list[Any] = []  # each queued output is reported once, as purged (its broker never answers)
+        producer = queue_only_producer(lambda err, msg, purged=purged: purged.append(msg.topic()))
+        body(producer, *args)
+        producer.purge()
+        producer.poll(0)
+        queued.append(purged)
+    assert queued == [[OUTPUT] * expected] * 3

@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, Producer
 
-from bench.throughput import KEEP, PARTITIONS, bench_pipeline, load_input
+from bench.throughput import PARTITIONS, bench_pipeline, load_input, raw_batch
 from stylus.api import Processor, Record, import_processor_class
 from stylus.config.model import Pipeline, TopicSpec
 from stylus.core.engine import Engine, RaiseFailures
@@ -74,26 +74,10 @@ def queue_only_producer(on_delivery: Callable[[Any, Any], None] = lambda err, ms
 
 def raw_body(producer: Producer, batches: list[list[Any]], stateful: bool) -> None:
     """bench.throughput's raw loop without its consume and commit, produce called positionally."""
-    loads, dumps, produce = orjson.loads, orjson.dumps, producer.produce
     counts: dict[str, int] = {}
     positions: dict[int, int] = {}
     for batch in batches:
-        for msg in batch:
-            if msg.error():
-                continue
-            value = loads(msg.value())
-            key = msg.key()
-            positions[msg.partition()] = msg.offset() + 1
-            if stateful:
-                k = key.decode()
-                n = counts.get(k, 0) + 1
-                counts[k] = n
-                out: Any = {"key": k, "count": n}
-            elif value["type"] in KEEP:
-                out = value
-            else:
-                continue
-            produce(OUTPUT, dumps(out), key, -1, None, None, msg.timestamp()[1])
+        raw_batch(batch, producer, OUTPUT, counts, positions, stateful, positional=True)
 
 
 class FloorContext:

@@ -75,6 +75,42 @@ def load_input(bootstrap: str, topic: str, records: int) -> None:
     producer.flush(60)
 
 
+def raw_batch(msgs: list[Any], producer: Producer, topic_out: str, counts: dict[str, int],
+              positions: dict[int, int], stateful: bool, positional: bool = False) -> int:
+    """The raw loop's work on one consumed batch (also bench/engine_overhead.py's raw side): decode, filter or
+    count in `counts`, encode, produce; `positions` gets each partition's next offset. Returns the records
+    handled."""
+    loads, dumps, produce = orjson.loads, orjson.dumps, producer.produce
+    handled = 0
+    for msg in msgs:
+        if msg.error():
+            continue
+        value = loads(msg.value())
+        key = msg.key()
+        positions[msg.partition()] = msg.offset() + 1
+        if stateful:
+            k = key.decode()
+            n = counts.get(k, 0) + 1
+            counts[k] = n
+            out: Any = {"key": k, "count": n}
+        elif value["type"] in KEEP:
+            out = value
+        else:
+            handled += 1
+            continue
+        while True:
+            try:
+                if positional:  # (topic, value, key, partition, callback, on_delivery, timestamp)
+                    produce(topic_out, dumps(out), key, -1, None, None, msg.timestamp()[1])
+                else:
+                    produce(topic_out, dumps(out), key, timestamp=msg.timestamp()[1])
+                break
+            except BufferError:
+                producer.poll(0.05)
+        handled += 1
+    return handled
+
+
 def raw_loop(pipeline: Pipeline, bootstrap: str, topic_in: str, topic_out: str, records: int, stateful: bool,
              positional: bool = False) -> float:
     """The ceiling: the same work written by hand with the same client settings as the Stylus worker."""
@@ -88,7 +124,6 @@ def raw_loop(pipeline: Pipeline, bootstrap: str, topic_in: str, topic_out: str, 
     seen = 0
     first = 0.0
     next_commit = time.monotonic() + 2.0
-    loads, dumps, produce = orjson.loads, orjson.dumps, producer.produce
     while seen < records:
         msgs = consumer.consume(num_messages=2000, timeout=0.1)
         if not msgs:
@@ -96,32 +131,7 @@ def raw_loop(pipeline: Pipeline, bootstrap: str, topic_in: str, topic_out: str, 
             continue
         if not first:
             first = time.perf_counter()
-        for msg in msgs:
-            if msg.error():
-                continue
-            value = loads(msg.value())
-            key = msg.key()
-            positions[msg.partition()] = msg.offset() + 1
-            if stateful:
-                k = key.decode()
-                n = counts.get(k, 0) + 1
-                counts[k] = n
-                out: Any = {"key": k, "count": n}
-            elif value["type"] in KEEP:
-                out = value
-            else:
-                seen += 1
-                continue
-            while True:
-                try:
-                    if positional:  # (topic, value, key, partition, callback, on_delivery, timestamp)
-                        produce(topic_out, dumps(out), key, -1, None, None, msg.timestamp()[1])
-                    else:
-                        produce(topic_out, dumps(out), key, timestamp=msg.timestamp()[1])
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-            seen += 1
+        seen += raw_batch(msgs, producer, topic_out, counts, positions, stateful, positional)
         producer.poll(0)
         if time.monotonic() >= next_commit:
             producer.flush()

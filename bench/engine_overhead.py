@@ -3,10 +3,10 @@
     .venv/bin/python -m bench.engine_overhead --records 200000 --repeat 7
 
 `bench.throughput` times whole runs: consume, client threads, broker, checkpoints. Their noise (a few
-points between runs on this shared machine) hides changes of a few tens of ns per record. Here both sides
+points between runs on this shared machine) hides changes of a few tens of ns per record. Here three sides
 run over the same real confluent-kafka `Message`s, consumed once from the embedded broker and kept in
-memory, and both produce to the same kind of producer, one whose broker never answers (it only queues, as
-librdkafka does before sending). So the two differ only in the Python each runs per record:
+memory, and each produces to the same kind of producer, one whose broker never answers (it only queues, as
+librdkafka does before sending). So they differ only in the Python each runs per record:
 - raw: the body of `bench.throughput`'s raw loop (decode, filter or count in a dict, encode, produce);
 - floor: the least any engine offering SPEC section 2's API does per record, and nothing else: a `Record`
   with the key decoded, a `process` call, an `emit` call that encodes and holds its output until `process`
@@ -35,7 +35,7 @@ from confluent_kafka import Consumer, Producer
 from bench.throughput import PARTITIONS, bench_pipeline, load_input, raw_batch
 from stylus.api import Processor, Record, import_processor_class
 from stylus.config.model import Pipeline, TopicSpec
-from stylus.core.engine import Engine, RaiseFailures
+from stylus.core.engine import NO_HEADERS, Engine, RaiseFailures
 from stylus.core.task import PartitionTask
 from stylus.kafka.admin import create_topics
 from stylus.kafka.broker import EmbeddedBroker
@@ -113,7 +113,8 @@ def floor_body(producer: Producer, batches: list[list[Any]], processor: Processo
             record.topic = msg.topic()
             record.partition = msg.partition()
             record.offset = msg.offset()
-            record.headers = msg.headers() or {}
+            headers = msg.headers()
+            record.headers = dict(headers) if headers else NO_HEADERS  # as the engine does
             ctx.record, ctx.raw_key, ctx.timestamp = record, key, timestamp
             process(record, ctx)  # type: ignore[arg-type]  # the floor's ctx offers what the bench's processors use
             for item in held:

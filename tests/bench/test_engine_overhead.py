@@ -32,7 +32,7 @@ def batches() -> list[list[Any]]:
 
 
 @pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])
-def test_raw_and_engine_queue_the_same_outputs(batches: list[list[Any]], stateful: bool, tmp_path: Path) -> None:
+def test_the_three_sides_queue_the_same_outputs(batches: list[list[Any]], stateful: bool, tmp_path: Path) -> None:
     msgs = [m for batch in batches for m in batch]
     expected = RECORDS if stateful else sum(orjson.loads(m.value())["type"] in KEEP for m in msgs)
     assert 0 < expected <= RECORDS

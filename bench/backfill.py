@@ -14,7 +14,9 @@ process tree (driver, JVM, Python daemon and workers); the broker's separately. 
 and the two ways into a DataFrame (a Python data source vs mapInArrow over planned ranges). `--slot N`: no
 Spark and no stream; one task's work (the units of one of two slots, half the input) N times, each in a fresh
 process, with what a task costs per record: CPU (and the part of it on the task's own thread), kernel time,
-page faults, and its peak RSS.
+page faults, and its peak RSS. `--source archive`: the backfill (and each slot) reads the same records from a
+Parquet archive of the topic (100,000-record files, as the archiver writes by default) instead of Kafka; the
+stream still replays them from Kafka.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.common import BatchMarks  # noqa: E402
+from stylus.archive import write_segment  # noqa: E402
 from stylus.backfill.bounds import parse_bound  # noqa: E402
 from stylus.backfill.job import plan_for, run_plan  # noqa: E402
 from stylus.backfill.outputs import OutputTarget  # noqa: E402
@@ -93,12 +96,25 @@ def bench_stream(path: Path, bootstrap: str, n: int) -> float:
     return (marks.last - marks.first) * n / (n - marks.already)
 
 
-def bench_backfill(spark: Any, path: Path, bootstrap: str) -> tuple[float, float, int]:
+def kafka_plan(path: Path, bootstrap: str, archive: str | None = None) -> Plan:
+    """The backfill's plan of every record of the input: from Kafka, or from the archive at `archive`."""
+    return plan_for(load_pipeline(path), "count", bootstrap, parse_bound(None, default="earliest"),
+                    parse_bound(None, default="latest"), source="archive" if archive else "kafka", archive_root=archive)
+
+
+def archive_input(bootstrap: str, tmp: Path, root: str, per_file: int = 100_000) -> None:
+    """Copy the input topic into a Parquet archive at `root`, `per_file` records per file, in offset order."""
+    for unit in kafka_plan(pipeline_file(tmp, "archive"), bootstrap).units:
+        rows = list(read_unit(unit, bootstrap, None))
+        for first in range(0, len(rows), per_file):
+            write_segment(root, unit.topic, unit.partition, rows[first:first + per_file])
+
+
+def bench_backfill(spark: Any, path: Path, bootstrap: str, archive: str | None = None) -> tuple[float, float, int]:
     """(end to end incl. planning and the final flush, first to last record processed by any task, records)."""
     pipeline = load_pipeline(path)
     started = time.monotonic()
-    plan = plan_for(pipeline, "count", bootstrap, parse_bound(None, default="earliest"),
-                    parse_bound(None, default="latest"))
+    plan = kafka_plan(path, bootstrap, archive)
     result = run_plan(spark, pipeline, "count", plan, OutputTarget(kind="outputs"))
     return time.monotonic() - started, result.processing_seconds, result.records
 
@@ -212,7 +228,7 @@ def child(args: argparse.Namespace) -> None:
     for run in (1, 2):
         path = pipeline_file(tmp, f"{args.tag}-{run}")
         cpu = tree_cpu(os.getpid())
-        seconds, active, records = bench_backfill(spark, path, args.child)
+        seconds, active, records = bench_backfill(spark, path, args.child, args.archive)
         assert records == args.records, (records, args.records)
         out[f"run{run}"] = {"e2e": seconds, "active": active, "cpu": tree_cpu(os.getpid()) - cpu, "load": _load()}
     spark.stop()
@@ -223,10 +239,9 @@ def slot_child(args: argparse.Namespace) -> None:
     """One slot of a 2-slot plan run in this process as a Spark task runs it (`run_slot`), without Spark."""
     path = pipeline_file(Path(args.tmp), args.tag)
     pipeline = load_pipeline(path)
-    plan = plan_for(pipeline, "count", args.slot_child, parse_bound(None, default="earliest"),
-                    parse_bound(None, default="latest"))
+    plan = kafka_plan(path, args.slot_child, args.archive)
     job = JobSpec(pipeline=pipeline.model_dump(mode="json", by_alias=True), processor="count",
-                  bootstrap=args.slot_child, archive_root=None, output=OutputTarget(kind="outputs"))
+                  bootstrap=args.slot_child, archive_root=args.archive, output=OutputTarget(kind="outputs"))
     units = [u.model_dump_json() for u in plan.units]
     slot = assign_slots([sum(c.size for c in u.chunks) for u in plan.units], 2)[0]
     rss_before = _rss_kb("VmRSS")
@@ -252,11 +267,12 @@ def _rss_kb(field: str) -> int:
     return int(Path("/proc/self/status").read_text().split(f"{field}:")[1].split()[0])
 
 
-def bench_slots(bootstrap: str, tmp: Path, rounds: int) -> None:
+def bench_slots(bootstrap: str, tmp: Path, rounds: int, archive: str | None) -> None:
     """`--slot`: what one task costs per record, each run in a fresh process (as a cold Python worker)."""
     results = []
     for r in range(1, rounds + 1):
-        x = child_result("--slot-child", bootstrap, "--tmp", str(tmp), "--tag", f"slot{r}")
+        x = child_result("--slot-child", bootstrap, "--tmp", str(tmp), "--tag", f"slot{r}",
+                         *(("--archive", archive) if archive else ()))
         results.append(x)
         print(f"slot run {r}: {x['records']:,} records, first record after {x['to_first']:.3f}s, first to last "
               f"{x['first_to_last']:.2f}s; per record "
@@ -279,16 +295,16 @@ def child_result(*args: str) -> dict[str, Any]:
     return result
 
 
-def run_child(bootstrap: str, tmp: Path, tag: str, master: str, n: int) -> dict[str, Any]:
-    return child_result("--child", bootstrap, "--tmp", str(tmp), "--tag", tag, "--master", master, "--records", str(n))
+def run_child(bootstrap: str, tmp: Path, tag: str, master: str, n: int, archive: str | None = None) -> dict[str, Any]:
+    return child_result("--child", bootstrap, "--tmp", str(tmp), "--tag", tag, "--master", master, "--records", str(n),
+                        *(("--archive", archive) if archive else ()))
 
 
 def extras(bootstrap: str, tmp: Path, n: int, path: Path) -> None:
     """`local[1]` scaling and the two ways of getting records into a DataFrame (one session each)."""
     print(f"local[1]: {json.dumps(run_child(bootstrap, tmp, 'local1', 'local[1]', n))}", flush=True)
     spark = spark_session("local[2]", "bench-ingest")
-    plan = plan_for(load_pipeline(path), "count", bootstrap, parse_bound(None, default="earliest"),
-                    parse_bound(None, default="latest"))
+    plan = kafka_plan(path, bootstrap)
     for way, secs in bench_ingest(spark, plan).items():
         print(f"into Spark via {way} (read + count/sum): {secs:.1f}s = {n / secs:,.0f} records/s", flush=True)
     spark.stop()
@@ -300,6 +316,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="stream, then a fresh backfill session, N times")
     parser.add_argument("--extras", action="store_true", help="also local[1] and the DataFrame ingest ways")
     parser.add_argument("--tmp", default="/tmp/stylus-bench-backfill")
+    parser.add_argument("--source", choices=("kafka", "archive"), default="kafka",
+                        help="where the backfill reads the records (the stream always reads Kafka)")
+    parser.add_argument("--archive", help=argparse.SUPPRESS)  # internal: the children's archive root
     parser.add_argument("--slot", type=int, default=0, help="instead: one task's work N times, fresh processes")
     parser.add_argument("--slot-child", help=argparse.SUPPRESS)  # internal: one slot against this bootstrap
     parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: run one session against this bootstrap
@@ -324,8 +343,13 @@ def main() -> None:
         started = time.monotonic()
         produce(bootstrap, n)
         print(f"produced {n} records in {time.monotonic() - started:.1f}s", flush=True)
+        archive = str(tmp / "archive") if args.source == "archive" else None
+        if archive:
+            started = time.monotonic()
+            archive_input(bootstrap, tmp, archive)
+            print(f"archived them to {archive} in {time.monotonic() - started:.1f}s", flush=True)
         if args.slot:
-            bench_slots(bootstrap, tmp, args.slot)
+            bench_slots(bootstrap, tmp, args.slot, archive)
             return
         rows: list[dict[str, float]] = []
         for r in range(1, args.rounds + 1):  # interleaved: the neighbours' load hits both sides alike
@@ -335,15 +359,16 @@ def main() -> None:
                   f"{n / stream_s:,.0f} records/s, CPU {time.process_time() - cpu:.1f}s "
                   f"(+ broker {proc_cpu(broker.process.pid) - broker_cpu:.1f}s) [load {_load()}]", flush=True)
             broker_cpu = proc_cpu(broker.process.pid)
-            res = run_child(bootstrap, tmp, f"r{r}", "local[2]", n)
+            res = run_child(bootstrap, tmp, f"r{r}", "local[2]", n, archive)
             broker_cpu = proc_cpu(broker.process.pid) - broker_cpu
             row = {"stream": stream_s}
             for run, label in ((1, "first backfill of the session (cold)"), (2, "same again (warm workers)")):
                 x = res[f"run{run}"]
                 row[f"e2e{run}"], row[f"active{run}"] = x["e2e"], x["active"]
-                print(f"round {r} backfill local[2] {label}: end to end {x['e2e']:.2f}s = {n / x['e2e']:,.0f} "
-                      f"records/s ({stream_s / x['e2e']:.2f}x streaming); first to last record {x['active']:.2f}s "
-                      f"({stream_s / x['active']:.2f}x); CPU {x['cpu']:.1f}s [load {x['load']}]", flush=True)
+                print(f"round {r} backfill local[2] from {args.source}, {label}: end to end {x['e2e']:.2f}s = "
+                      f"{n / x['e2e']:,.0f} records/s ({stream_s / x['e2e']:.2f}x streaming); first to last record "
+                      f"{x['active']:.2f}s ({stream_s / x['active']:.2f}x); CPU {x['cpu']:.1f}s [load {x['load']}]",
+                      flush=True)
             print(f"round {r} (session start, not counted: {res['session']:.1f}s; broker CPU over both "
                   f"backfills {broker_cpu:.1f}s)", flush=True)
             rows.append(row)

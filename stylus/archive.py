@@ -14,13 +14,15 @@ import io
 import os
 import re
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
+from itertools import repeat
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlparse
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from stylus.core.message import RawMessage
@@ -172,12 +174,47 @@ def list_segments(root: str, topic: str, dates: tuple[str | None, str | None] = 
 
 def read_segment(root: str, path: str) -> Iterator[RawMessage]:
     """The records of one archive file, in offset order."""
+    for batch in read_segment_batches(root, path):
+        yield from batch
+
+
+def read_segment_batches(root: str, path: str, start: int = 0, end: int = 2**63 - 1,
+                         batch: int = 10_000) -> Iterator[list[RawMessage]]:
+    """The records of one archive file with start <= offset < end, in offset order, in lists of at most `batch`.
+
+    Why not row by row: this is a backfill task's input, and a Python step per record per column cost a task
+    more than reading the same records from Kafka (BENCHMARKS.md, issue 6). The range is cut on the sorted
+    offsets in Arrow, a slice of rows becomes Python objects column by column, and columns that hold one value
+    (the topic and partition, the headers of a topic without any) are not converted per row."""
     fs, _ = open_root(root)
-    table = pq.read_table(pa.BufferReader(fs.read_bytes(path)))
-    cols = table.to_pydict()
-    headers = cols["headers"]
-    for i in range(table.num_rows):
-        hs = headers[i]
-        yield RawMessage(cols["topic"][i], cols["partition"][i], cols["offset"][i], cols["key"][i],
-                         cols["value"][i], cols["timestamp"][i],
-                         [(h["key"], h["value"]) for h in hs] if hs else None)
+    # ParquetFile, not read_table: that one imports pyarrow.dataset and pandas, ~0.5 s in every fresh worker
+    table = pq.ParquetFile(pa.BufferReader(fs.read_bytes(path))).read()
+    if table.num_rows == 0:
+        return
+    offsets = table.column("offset")
+    if table.num_rows > 1 and not pc.all(pc.less(offsets.slice(0, table.num_rows - 1), offsets.slice(1))).as_py():
+        table = table.sort_by("offset")  # written in offset order by `write_segment`; anything else is sorted
+        offsets = table.column("offset")
+    low = pc.sum(pc.less(offsets, start)).as_py() or 0
+    high = pc.sum(pc.less(offsets, end)).as_py() or 0
+    for first in range(low, high, batch):
+        rows = table.slice(first, min(batch, high - first))
+        yield list(map(RawMessage, _values(rows, "topic"), _values(rows, "partition"),
+                       rows.column("offset").to_pylist(), rows.column("key").to_pylist(),
+                       rows.column("value").to_pylist(), rows.column("timestamp").to_pylist(), _headers(rows)))
+
+
+def _values(rows: pa.Table, name: str) -> Iterable[Any]:
+    """A column's values, or one value repeated when every row holds it (the topic and partition of a file)."""
+    column = rows.column(name)
+    if column.null_count == 0:
+        bounds = pc.min_max(column).as_py()
+        if bounds["min"] == bounds["max"]:
+            return repeat(bounds["min"])
+    return column.to_pylist()
+
+
+def _headers(rows: pa.Table) -> Iterable[list[tuple[str, bytes]] | None]:
+    if "headers" not in rows.column_names or rows.column("headers").null_count == rows.num_rows:
+        return repeat(None)
+    return [[(h["key"], h["value"]) for h in hs] if hs else None for hs in rows.column("headers").to_pylist()]

@@ -6,12 +6,11 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from itertools import islice
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from stylus.archive import read_segment
+from stylus.archive import read_segment_batches
 from stylus.backfill.plan import Chunk, Unit
 from stylus.kafka.batching import BatchSizer
 from stylus.kafka.settings import connect
@@ -122,12 +121,7 @@ def read_chunk_batches(chunk: Chunk, bootstrap: str, archive_root: str | None, b
         return
     if archive_root is None or chunk.path is None:
         raise ValueError(f"archive chunk {chunk} without an archive root")
-    records = (m for m in read_segment(archive_root, chunk.path) if chunk.start <= m.offset() < chunk.end)
-    while True:
-        part = list(islice(records, batch))
-        if not part:
-            return
-        yield part
+    yield from read_segment_batches(archive_root, chunk.path, chunk.start, chunk.end, batch)
 
 
 def read_chunk(chunk: Chunk, bootstrap: str, archive_root: str | None) -> Iterator[Any]:

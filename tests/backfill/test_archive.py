@@ -7,9 +7,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 from confluent_kafka import Producer
 
-from stylus.archive import list_segments, read_segment
+from stylus.archive import SCHEMA, list_segments, read_segment, read_segment_batches, segment_name, write_segment
 from stylus.backfill.bounds import parse_bound
 from stylus.backfill.job import plan_for, run_plan
 from stylus.config import load_pipeline
@@ -76,6 +79,36 @@ def test_archiver_rerun_rewrites_the_same_files(tmp_path: Path) -> None:
     assert sorted(offsets) == list(range(700))  # every record once: re-runs overwrote, never duplicated
     first = next(read_segment(str(tmp_path / "archive"), segments[0].path))
     assert (first.key(), first.value(), first.headers()) == (b"k", b"v0", [("h", b"x")])
+
+
+def fields(msg: Any) -> tuple[Any, ...]:
+    return (msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value(), msg.timestamp(), msg.headers())
+
+
+@pytest.mark.parametrize(("start", "end", "batch"), [(0, 2**63 - 1, 7), (13, 31, 4), (13, 14, 10), (0, 10, 3),
+                                                      (40, 50, 5), (33, 33, 5)])
+def test_a_segment_is_read_exactly_within_its_range(tmp_path: Path, start: int, end: int, batch: int) -> None:
+    """Offsets 10..39 with a gap (20 missing): exactly the offsets in [start, end), in order, in lists of at most
+    `batch`, every field as written (headers on some records only)."""
+    offsets = [o for o in range(10, 40) if o != 20]
+    msgs = [RawMessage("events", 3, o, None if o % 5 == 0 else b"k%d" % o, b"v%d" % o, MIDNIGHT + o,
+                       [("h", b"%d" % o)] if o % 4 == 0 else None) for o in offsets]
+    segment = write_segment(str(tmp_path), "events", 3, msgs)
+    batches = list(read_segment_batches(str(tmp_path), segment.path, start, end, batch))
+    assert all(0 < len(b) <= batch for b in batches)
+    assert [fields(m) for b in batches for m in b] == [fields(m) for m in msgs if start <= m.offset() < end]
+
+
+def test_a_segment_written_out_of_order_or_with_mixed_rows_is_read_in_offset_order(tmp_path: Path) -> None:
+    """A file not written by `write_segment` (rows out of offset order; rows whose partition differs): read in
+    offset order, each row with its own values."""
+    rows = [("events", o % 2, o, MIDNIGHT, b"k", b"v%d" % o, None) for o in (5, 1, 4, 2, 3, 0)]  # SCHEMA order
+    table = pa.Table.from_pydict({name: [r[i] for r in rows] for i, name in enumerate(SCHEMA.names)}, schema=SCHEMA)
+    path = tmp_path / "topic=events" / "date=2024-05-02" / segment_name(0, 0, 5)
+    path.parent.mkdir(parents=True)
+    pq.write_table(table, path)
+    read = [fields(m) for b in read_segment_batches(str(tmp_path), str(path), 1, 5, 2) for m in b]
+    assert read == [("events", o % 2, o, b"k", b"v%d" % o, (1, MIDNIGHT), None) for o in (1, 2, 3, 4)]
 
 
 def test_history_gone_from_kafka_is_reprocessed_from_parquet(bootstrap: str, pipeline_factory: Any, spark: Any,

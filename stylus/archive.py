@@ -14,6 +14,7 @@ import io
 import os
 import re
 import uuid
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from itertools import repeat
@@ -183,25 +184,28 @@ def read_segment_batches(root: str, path: str, start: int = 0, end: int = 2**63 
     """The records of one archive file with start <= offset < end, in offset order, in lists of at most `batch`.
 
     Why not row by row: this is a backfill task's input, and a Python step per record per column cost a task
-    more than reading the same records from Kafka (BENCHMARKS.md, issue 6). The range is cut on the sorted
-    offsets in Arrow, a slice of rows becomes Python objects column by column, and columns that hold one value
+    more than reading the same records from Kafka (BENCHMARKS.md, issue 6). The range is cut by binary search on
+    the sorted offsets, a slice of rows becomes Python objects column by column, and columns that hold one value
     (the topic and partition, the headers of a topic without any) are not converted per row."""
     fs, _ = open_root(root)
-    # ParquetFile, not read_table: that one imports pyarrow.dataset and pandas, ~0.5 s in every fresh worker
+    # ParquetFile, not read_table: that one imports pyarrow.dataset and pandas
     table = pq.ParquetFile(pa.BufferReader(fs.read_bytes(path))).read()
     if table.num_rows == 0:
         return
-    offsets = table.column("offset")
-    if table.num_rows > 1 and not pc.all(pc.less(offsets.slice(0, table.num_rows - 1), offsets.slice(1))).as_py():
+    column = table.column("offset")
+    if table.num_rows > 1 and not pc.all(pc.less(column.slice(0, table.num_rows - 1), column.slice(1))).as_py():
         table = table.sort_by("offset")  # written in offset order by `write_segment`; anything else is sorted
-        offsets = table.column("offset")
-    low = pc.sum(pc.less(offsets, start)).as_py() or 0
-    high = pc.sum(pc.less(offsets, end)).as_py() or 0
+        column = table.column("offset")
+    # the range is cut on the offsets as Python ints, which the messages need anyway: comparing the column with
+    # a Python int in Arrow would import pandas (~0.5 s in every fresh worker)
+    offsets = column.to_pylist()
+    low, high = bisect_left(offsets, start), bisect_left(offsets, end)
     for first in range(low, high, batch):
-        rows = table.slice(first, min(batch, high - first))
-        yield list(map(RawMessage, _values(rows, "topic"), _values(rows, "partition"),
-                       rows.column("offset").to_pylist(), rows.column("key").to_pylist(),
-                       rows.column("value").to_pylist(), rows.column("timestamp").to_pylist(), _headers(rows)))
+        last = min(first + batch, high)
+        rows = table.slice(first, last - first)
+        yield list(map(RawMessage, _values(rows, "topic"), _values(rows, "partition"), offsets[first:last],
+                       rows.column("key").to_pylist(), rows.column("value").to_pylist(),
+                       rows.column("timestamp").to_pylist(), _headers(rows)))
 
 
 def _values(rows: pa.Table, name: str) -> Iterable[Any]:

@@ -3,6 +3,8 @@ that is gone from Kafka (deleted and recreated topic) from them, without double 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -109,6 +111,18 @@ def test_a_segment_written_out_of_order_or_with_mixed_rows_is_read_in_offset_ord
     pq.write_table(table, path)
     read = [fields(m) for b in read_segment_batches(str(tmp_path), str(path), 1, 5, 2) for m in b]
     assert read == [("events", o % 2, o, b"k", b"v%d" % o, (1, MIDNIGHT), None) for o in (1, 2, 3, 4)]
+
+
+def test_reading_a_segment_does_not_import_pandas(tmp_path: Path) -> None:
+    """pandas costs a fresh Spark Python worker ~0.5 s to import (pyarrow's `read_table`, or an Arrow compute
+    call with a Python scalar, would import it): a backfill task reading the archive must not pay that."""
+    rows = [RawMessage("events", 0, o, b"k", b"v", MIDNIGHT) for o in range(9)]
+    segment = write_segment(str(tmp_path), "events", 0, rows)
+    script = ("import sys; from stylus.archive import read_segment_batches; "
+              f"n = sum(map(len, read_segment_batches({str(tmp_path)!r}, {segment.path!r}, 2, 7))); "
+              "print(n, 'pandas' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.split() == ["5", "False"]
 
 
 def test_history_gone_from_kafka_is_reprocessed_from_parquet(bootstrap: str, pipeline_factory: Any, spark: Any,

@@ -126,10 +126,11 @@ def open_root(root: str) -> tuple[FileSystem, str]:
     return LocalFS(), root
 
 
-def write_segment(root: str, topic: str, partition: int, rows: Sequence[RawMessage | tuple[Any, ...]]) -> Segment:
-    """Write records of one partition (one date, offset order) as one file; remove files it supersedes."""
+def write_segment(root: str, topic: str, partition: int, rows: Sequence[Any]) -> Segment:
+    """Write records of one partition (one date, offset order) as one file; remove files it supersedes.
+    `rows`: messages (a `RawMessage`, a consumed confluent-kafka Message) or tuples of RawMessage's fields."""
     fs, base = open_root(root)
-    msgs = [r if isinstance(r, RawMessage) else RawMessage(*r) for r in rows]
+    msgs = [RawMessage(*r) if isinstance(r, tuple) else r for r in rows]
     first, last = msgs[0].offset(), msgs[-1].offset()
     date = date_of(msgs[0].timestamp()[1])
     table = pa.Table.from_pydict({

@@ -1,6 +1,7 @@
 """Issue 6 benchmark: backfill on Spark vs streaming replay of the same records.
 
     SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python -m bench.backfill --records 1000000 [--rounds 3] [--extras]
+                                                                  [--source kafka|archive|both]
     .venv/bin/python -m bench.backfill --records 1000000 --slot 4
 
 Runs its own embedded broker. Processor: tests.apps.counting:WordCount (stateful, one output per record),
@@ -16,7 +17,8 @@ Spark and no stream; one task's work (the units of one of two slots, half the in
 process, with what a task costs per record: CPU (and the part of it on the task's own thread), kernel time,
 page faults, and its peak RSS. `--source archive`: the backfill (and each slot) reads the same records from a
 Parquet archive of the topic (100,000-record files, as the archiver writes by default) instead of Kafka; the
-stream still replays them from Kafka.
+stream still replays them from Kafka. `--source both`: after each stream, one session from each, in alternating
+order (slots alternate too), so both are compared with the same stream.
 """
 
 from __future__ import annotations
@@ -267,21 +269,25 @@ def _rss_kb(field: str) -> int:
     return int(Path("/proc/self/status").read_text().split(f"{field}:")[1].split()[0])
 
 
-def bench_slots(bootstrap: str, tmp: Path, rounds: int, archive: str | None) -> None:
-    """`--slot`: what one task costs per record, each run in a fresh process (as a cold Python worker)."""
-    results = []
+def bench_slots(bootstrap: str, tmp: Path, rounds: int, archives: dict[str, str | None]) -> None:
+    """`--slot`: what one task costs per record, each run in a fresh process (as a cold Python worker); with
+    several sources, their runs alternate."""
+    results: dict[str, list[dict[str, Any]]] = {source: [] for source in archives}
     for r in range(1, rounds + 1):
-        x = child_result("--slot-child", bootstrap, "--tmp", str(tmp), "--tag", f"slot{r}",
-                         *(("--archive", archive) if archive else ()))
-        results.append(x)
-        print(f"slot run {r}: {x['records']:,} records, first record after {x['to_first']:.3f}s, first to last "
-              f"{x['first_to_last']:.2f}s; per record "
-              f"{x['cpu_us']:.2f} us CPU (kernel {x['kernel_us']:.2f}; the task's thread "
-              f"{x['task_thread_us']:.2f}, the rest librdkafka's), {x['faults_per_record']:.3f} page faults; "
-              f"peak RSS {x['peak_rss_mb']} MB (before the slot {x['rss_before_mb']} MB) [load {_load()}]", flush=True)
-    for key in ("cpu_us", "kernel_us", "task_thread_us", "faults_per_record", "peak_rss_mb"):
-        values = sorted(x[key] for x in results)
-        print(f"{key}: median {values[len(values) // 2]:.3f} (range {values[0]:.3f}-{values[-1]:.3f})")
+        for source, archive in archives.items():
+            x = child_result("--slot-child", bootstrap, "--tmp", str(tmp), "--tag", f"slot{r}",
+                             *(("--archive", archive) if archive else ()))
+            results[source].append(x)
+            print(f"slot run {r} from {source}: {x['records']:,} records, first record after {x['to_first']:.3f}s, "
+                  f"first to last {x['first_to_last']:.2f}s; per record "
+                  f"{x['cpu_us']:.2f} us CPU (kernel {x['kernel_us']:.2f}; the task's thread "
+                  f"{x['task_thread_us']:.2f}, the rest librdkafka's), {x['faults_per_record']:.3f} page faults; "
+                  f"peak RSS {x['peak_rss_mb']} MB (before the slot {x['rss_before_mb']} MB) [load {_load()}]",
+                  flush=True)
+    for source, runs in results.items():
+        for key in ("cpu_us", "kernel_us", "task_thread_us", "faults_per_record", "peak_rss_mb"):
+            values = sorted(x[key] for x in runs)
+            print(f"{source} {key}: median {values[len(values) // 2]:.3f} (range {values[0]:.3f}-{values[-1]:.3f})")
 
 
 def child_result(*args: str) -> dict[str, Any]:
@@ -316,8 +322,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="stream, then a fresh backfill session, N times")
     parser.add_argument("--extras", action="store_true", help="also local[1] and the DataFrame ingest ways")
     parser.add_argument("--tmp", default="/tmp/stylus-bench-backfill")
-    parser.add_argument("--source", choices=("kafka", "archive"), default="kafka",
-                        help="where the backfill reads the records (the stream always reads Kafka)")
+    parser.add_argument("--source", choices=("kafka", "archive", "both"), default="kafka",
+                        help="where the backfill reads the records (the stream always reads Kafka); both: a session "
+                             "of each after every stream, in alternating order")
     parser.add_argument("--archive", help=argparse.SUPPRESS)  # internal: the children's archive root
     parser.add_argument("--slot", type=int, default=0, help="instead: one task's work N times, fresh processes")
     parser.add_argument("--slot-child", help=argparse.SUPPRESS)  # internal: one slot against this bootstrap
@@ -343,13 +350,15 @@ def main() -> None:
         started = time.monotonic()
         produce(bootstrap, n)
         print(f"produced {n} records in {time.monotonic() - started:.1f}s", flush=True)
-        archive = str(tmp / "archive") if args.source == "archive" else None
-        if archive:
+        archive = str(tmp / "archive")
+        archives = {source: (archive if source == "archive" else None)
+                    for source in (("kafka", "archive") if args.source == "both" else (args.source,))}
+        if "archive" in archives:
             started = time.monotonic()
             archive_input(bootstrap, tmp, archive)
             print(f"archived them to {archive} in {time.monotonic() - started:.1f}s", flush=True)
         if args.slot:
-            bench_slots(bootstrap, tmp, args.slot, archive)
+            bench_slots(bootstrap, tmp, args.slot, archives)
             return
         rows: list[dict[str, float]] = []
         for r in range(1, args.rounds + 1):  # interleaved: the neighbours' load hits both sides alike
@@ -358,24 +367,28 @@ def main() -> None:
             print(f"round {r} streaming replay (1 worker), first to last record: {stream_s:.2f}s = "
                   f"{n / stream_s:,.0f} records/s, CPU {time.process_time() - cpu:.1f}s "
                   f"(+ broker {proc_cpu(broker.process.pid) - broker_cpu:.1f}s) [load {_load()}]", flush=True)
-            broker_cpu = proc_cpu(broker.process.pid)
-            res = run_child(bootstrap, tmp, f"r{r}", "local[2]", n, archive)
-            broker_cpu = proc_cpu(broker.process.pid) - broker_cpu
             row = {"stream": stream_s}
-            for run, label in ((1, "first backfill of the session (cold)"), (2, "same again (warm workers)")):
-                x = res[f"run{run}"]
-                row[f"e2e{run}"], row[f"active{run}"] = x["e2e"], x["active"]
-                print(f"round {r} backfill local[2] from {args.source}, {label}: end to end {x['e2e']:.2f}s = "
-                      f"{n / x['e2e']:,.0f} records/s ({stream_s / x['e2e']:.2f}x streaming); first to last record "
-                      f"{x['active']:.2f}s ({stream_s / x['active']:.2f}x); CPU {x['cpu']:.1f}s [load {x['load']}]",
-                      flush=True)
-            print(f"round {r} (session start, not counted: {res['session']:.1f}s; broker CPU over both "
-                  f"backfills {broker_cpu:.1f}s)", flush=True)
+            order = list(archives.items())
+            for source, source_archive in order if r % 2 else order[::-1]:
+                broker_cpu = proc_cpu(broker.process.pid)
+                res = run_child(bootstrap, tmp, f"r{r}{source}", "local[2]", n, source_archive)
+                broker_cpu = proc_cpu(broker.process.pid) - broker_cpu
+                for run, label in ((1, "first backfill of the session (cold)"), (2, "same again (warm workers)")):
+                    x = res[f"run{run}"]
+                    row[f"{source} e2e{run}"], row[f"{source} active{run}"] = x["e2e"], x["active"]
+                    print(f"round {r} backfill local[2] from {source}, {label}: end to end {x['e2e']:.2f}s = "
+                          f"{n / x['e2e']:,.0f} records/s ({stream_s / x['e2e']:.2f}x streaming); first to last "
+                          f"record {x['active']:.2f}s ({stream_s / x['active']:.2f}x); CPU {x['cpu']:.1f}s "
+                          f"[load {x['load']}]", flush=True)
+                print(f"round {r} (session start, not counted: {res['session']:.1f}s; broker CPU over both "
+                      f"backfills {broker_cpu:.1f}s)", flush=True)
             rows.append(row)
-        for key, label in (("e2e1", "cold end to end"), ("e2e2", "warm end to end"),
-                           ("active1", "cold first to last"), ("active2", "warm first to last")):
-            ratios = sorted(row["stream"] / row[key] for row in rows)
-            print(f"{label}: {' '.join(f'{x:.2f}x' for x in ratios)} (median {ratios[len(ratios) // 2]:.2f}x)")
+        for source in archives:
+            for key, label in (("e2e1", "cold end to end"), ("e2e2", "warm end to end"),
+                               ("active1", "cold first to last"), ("active2", "warm first to last")):
+                ratios = sorted(row["stream"] / row[f"{source} {key}"] for row in rows)
+                print(f"from {source}, {label}: {' '.join(f'{x:.2f}x' for x in ratios)} "
+                      f"(median {ratios[len(ratios) // 2]:.2f}x)")
         if args.extras:
             extras(bootstrap, tmp, n, pipeline_file(tmp, "ingest"))
 

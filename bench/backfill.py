@@ -98,7 +98,7 @@ def bench_stream(path: Path, bootstrap: str, n: int) -> float:
     return (marks.last - marks.first) * n / (n - marks.already)
 
 
-def kafka_plan(path: Path, bootstrap: str, archive: str | None = None) -> Plan:
+def input_plan(path: Path, bootstrap: str, archive: str | None = None) -> Plan:
     """The backfill's plan of every record of the input: from Kafka, or from the archive at `archive`."""
     return plan_for(load_pipeline(path), "count", bootstrap, parse_bound(None, default="earliest"),
                     parse_bound(None, default="latest"), source="archive" if archive else "kafka", archive_root=archive)
@@ -106,7 +106,7 @@ def kafka_plan(path: Path, bootstrap: str, archive: str | None = None) -> Plan:
 
 def archive_input(bootstrap: str, tmp: Path, root: str, per_file: int = 100_000) -> None:
     """Copy the input topic into a Parquet archive at `root`, `per_file` records per file, in offset order."""
-    for unit in kafka_plan(pipeline_file(tmp, "archive"), bootstrap).units:
+    for unit in input_plan(pipeline_file(tmp, "archive"), bootstrap).units:
         rows = list(read_unit(unit, bootstrap, None))
         for first in range(0, len(rows), per_file):
             write_segment(root, unit.topic, unit.partition, rows[first:first + per_file])
@@ -116,7 +116,7 @@ def bench_backfill(spark: Any, path: Path, bootstrap: str, archive: str | None =
     """(end to end incl. planning and the final flush, first to last record processed by any task, records)."""
     pipeline = load_pipeline(path)
     started = time.monotonic()
-    plan = kafka_plan(path, bootstrap, archive)
+    plan = input_plan(path, bootstrap, archive)
     result = run_plan(spark, pipeline, "count", plan, OutputTarget(kind="outputs"))
     return time.monotonic() - started, result.processing_seconds, result.records
 
@@ -241,7 +241,7 @@ def slot_child(args: argparse.Namespace) -> None:
     """One slot of a 2-slot plan run in this process as a Spark task runs it (`run_slot`), without Spark."""
     path = pipeline_file(Path(args.tmp), args.tag)
     pipeline = load_pipeline(path)
-    plan = kafka_plan(path, args.slot_child, args.archive)
+    plan = input_plan(path, args.slot_child, args.archive)
     job = JobSpec(pipeline=pipeline.model_dump(mode="json", by_alias=True), processor="count",
                   bootstrap=args.slot_child, archive_root=args.archive, output=OutputTarget(kind="outputs"))
     units = [u.model_dump_json() for u in plan.units]
@@ -310,7 +310,7 @@ def extras(bootstrap: str, tmp: Path, n: int, path: Path) -> None:
     """`local[1]` scaling and the two ways of getting records into a DataFrame (one session each)."""
     print(f"local[1]: {json.dumps(run_child(bootstrap, tmp, 'local1', 'local[1]', n))}", flush=True)
     spark = spark_session("local[2]", "bench-ingest")
-    plan = kafka_plan(path, bootstrap)
+    plan = input_plan(path, bootstrap)
     for way, secs in bench_ingest(spark, plan).items():
         print(f"into Spark via {way} (read + count/sum): {secs:.1f}s = {n / secs:,.0f} records/s", flush=True)
     spark.stop()

@@ -156,9 +156,12 @@ def run_crash_harness(
     interval: str = "100ms",
     window_ms: int = WINDOW_MS,
     output_ids: str | None = None,
+    settle: float = 0.0,
 ) -> CrashRun:
-    """With `fault` (e.g. "offsets:3"), the single crash is the injected one instead of random kills.
-    `output_ids`: exactly-once output's `semantics.output_ids` (default: auto)."""
+    """With `fault` (e.g. "offsets:3"), the single crash is the injected one instead of random kills;
+    `settle` seconds of pause at that point first (the client threads go on: a transaction's records then
+    surely reach the broker before the kill). `output_ids`: exactly-once output's `semantics.output_ids`
+    (default: auto)."""
     rng = random.Random(seed)
     suffix = uuid.uuid4().hex[:6]
     topic_in, topic_out = f"crash-in-{suffix}", f"crash-out-{suffix}"
@@ -181,6 +184,8 @@ def run_crash_harness(
             with open(log, "a") as fh:
                 fh.write(marker)
             child_env = dict(env, **({"STYLUS_FAULT_KILL_AFTER": fault} if fault else {}))
+            if fault and settle:
+                child_env["STYLUS_FAULT_PAUSE_AFTER"] = f"{fault}:{settle}"
             with open(log, "ab") as out:
                 proc = subprocess.Popen(_worker_cmd(path, ordering), env=child_env, stdout=out,
                                         stderr=subprocess.STDOUT, cwd=ROOT)

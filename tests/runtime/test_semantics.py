@@ -32,6 +32,11 @@ SWAPPED = {
 
 # Deterministic crashes inside the exactly-once transaction protocol (T1-T5 in stylus/runtime/transactions.py).
 TXN_POINTS = ["txn.stage:3", "txn.commit:3", "txn.apply:3"]
+# A crash at `txn.stage` abandons an open transaction. Its records must have reached the broker for the crash
+# to test anything: outputs made while the previous commit was in flight are held and produced just before
+# this stage, and under load the kill came before they were sent (the run without ids then repeated none).
+# The pause lets the producer deliver them first.
+ABANDONED_SETTLE = {"txn.stage:3": 1.5}
 
 
 def _id(pair: tuple[str, str]) -> str:
@@ -56,12 +61,12 @@ def runs(bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     for point in TXN_POINTS:
         futures[f"txn/{point}"] = pool.submit(
             run_crash_harness, bootstrap, root / f"txn-{point.replace(':', '-')}", "exactly_once", "exactly_once",
-            rate=1000, seed=20, fault=point, interval="500ms")
+            rate=1000, seed=20, fault=point, interval="500ms", settle=ABANDONED_SETTLE.get(point, 0.0))
     # the same crash inside a transaction without record ids: on this broker the abandoned transaction's
     # records become visible, and nothing tells the restarted owner not to emit them again
     futures["txn/no-ids"] = pool.submit(
         run_crash_harness, bootstrap, root / "txn-no-ids", "exactly_once", "exactly_once", rate=1000, seed=21,
-        fault="txn.stage:3", interval="500ms", output_ids="never")
+        fault="txn.stage:3", interval="500ms", output_ids="never", settle=ABANDONED_SETTLE["txn.stage:3"])
     pool.shutdown(wait=False)
     return futures
 

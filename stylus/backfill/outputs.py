@@ -22,6 +22,10 @@ from stylus.serde import encode_key, encoder
 OUTPUT_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()), ("timestamp", pa.int64()),
                            ("topic", pa.string())])
 SHADOW_HEADER = "stylus.topic"  # the topic a shadowed record was emitted to
+#: A backfill's producer batches more than a stream's (5 ms): its records keep no one waiting, and with fewer,
+#: larger produce requests the embedded broker's CPU over two 1M-record backfills fell from 0.4-0.5 s to
+#: 0.2-0.3 s (BENCHMARKS.md, issue 6); a shared cluster is spared them too. The YAML's own settings win.
+BULK_PRODUCER: dict[str, Any] = {"linger.ms": 50, "batch.num.messages": 100_000}
 
 
 class OutputTarget(BaseModel):
@@ -117,8 +121,6 @@ class TopicOutput(TaskOutput):
                  previous: TopicOutput | None = None) -> None:
         from confluent_kafka import Producer
 
-        from stylus.kafka.settings import client_config
-
         super().__init__()
         spec = pipeline.processors[processor]
         self.encoders = {t: encoder(pipeline.topics[t].serde) for t in spec.outputs}
@@ -131,9 +133,8 @@ class TopicOutput(TaskOutput):
             # A new idempotent producer sends nothing for its first ~0.5 s (librdkafka: "No brokers available
             # for Idempotent producer", PID timer restarted after 500 ms), so a task makes one, not one per unit
             self.errors = []
-            self.producer = Producer(client_config("producer", bootstrap, pipeline, processor)
-                                     | {"on_delivery": _collect_errors(self.errors),
-                                        "delivery.report.only.error": True})
+            self.producer = Producer(producer_settings(pipeline, processor, bootstrap)
+                                     | {"on_delivery": _collect_errors(self.errors)})
         self.produce = self.producer.produce
         self.emitted = 0  # outputs the engine produced itself through `direct` (it keeps this count)
 
@@ -200,6 +201,14 @@ class TopicOutput(TaskOutput):
         remaining = self.producer.flush(60)
         if remaining or self.errors:
             raise RuntimeError(f"output not delivered: {remaining} pending, errors: {self.errors[:3]}")
+
+
+def producer_settings(pipeline: Pipeline, processor: str, bootstrap: str) -> dict[str, Any]:
+    """The librdkafka settings of a task's output producer: the pipeline's, bulk-batched (`BULK_PRODUCER`)."""
+    from stylus.kafka.settings import client_config
+
+    return client_config("producer", bootstrap, pipeline, processor, BULK_PRODUCER,
+                         **{"delivery.report.only.error": True})
 
 
 def _collect_errors(errors: list[str]) -> Any:

@@ -81,14 +81,19 @@ def client_config(
     bootstrap: str,
     pipeline: Pipeline | None = None,
     processor: str | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    /,
     **extra: Any,
 ) -> dict[str, Any]:
-    """Settings for a `consumer`, `producer` or `admin` client."""
+    """Settings for a `consumer`, `producer` or `admin` client. `defaults`: a use's own defaults over ours
+    (a transactional or a bulk producer), under anything the profile, the YAML or `extra` set. Positional
+    only, so no dotted librdkafka name in `extra` can be taken for one of these."""
     config: dict[str, Any] = {}
     if role == "consumer":
         config.update(CONSUMER_DEFAULTS)
     elif role == "producer":
         config.update(PRODUCER_DEFAULTS)
+    config.update(defaults or {})
     blocks: list[Mapping[str, Any]] = [profile_kafka()]  # the STYLUS_PROFILE's settings, under the YAML's
     if pipeline is not None:
         blocks.append(pipeline.kafka)

@@ -261,12 +261,10 @@ class TransactionalPartition:
         self.transactional_id = f"{pipeline.group_id(processor)}.{task.topic}.{task.partition}"
         self.sink: TransactionalSink
         config = client_config(
-            "producer", bootstrap, pipeline, processor,
+            "producer", bootstrap, pipeline, processor, {"linger.ms": TXN_LINGER_MS},
             **{"transactional.id": self.transactional_id, "client.id": f"{self.transactional_id}-{instance}",
                "transaction.timeout.ms": int(TXN_TIMEOUT * 1000), "delivery.report.only.error": True},
         )
-        if not _sets(pipeline, processor, "linger.ms"):
-            config["linger.ms"] = TXN_LINGER_MS
         self.producer = Producer(config | {"on_delivery": lambda err, msg: self.sink.on_delivery(err, msg)})
         spec = pipeline.processors[processor]
         self.sink = TransactionalSink(self.producer, pipeline, spec.outputs, ctx, f"{task.topic}:{task.partition}:",
@@ -489,15 +487,6 @@ class TransactionalPartition:
                     self.fenced = True
                     raise Fenced(f"{self.transactional_id} was fenced by a newer instance: {err}") from exc
                 raise
-
-
-def _sets(pipeline: Pipeline, processor: str, name: str) -> bool:
-    """Whether the pipeline's or the processor's `kafka:` block (or its `producer:` part) sets `name`."""
-    for block in (pipeline.kafka, pipeline.processors[processor].kafka):
-        producer = block.get("producer")
-        if name in block or (isinstance(producer, Mapping) and name in producer):
-            return True
-    return False
 
 
 def marks_client(bootstrap: str, pipeline: Pipeline, processor: str) -> Consumer:

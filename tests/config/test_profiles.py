@@ -94,3 +94,19 @@ def test_unknown_profile(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("STYLUS_PROFILE", "staging")
     with pytest.raises(ProfileError):
         bootstrap_from(None)
+
+
+def test_a_clients_own_defaults_sit_over_ours_and_under_all_that_is_set(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`client_config`'s `defaults`: a transactional or bulk producer's defaults replace ours, and give way
+    to the profile, the YAML and the caller's own settings."""
+    plain = pipeline()
+    assert client_config("producer", "b:1", plain)["linger.ms"] == 5  # ours
+    assert client_config("producer", "b:1", plain, None, {"linger.ms": 9})["linger.ms"] == 9
+    assert client_config("producer", "b:1", plain, None, {"linger.ms": 9}, **{"linger.ms": 2})["linger.ms"] == 2
+    in_yaml = pipeline(kafka="kafka: {producer: {linger.ms: 7}}")
+    assert client_config("producer", "b:1", in_yaml, None, {"linger.ms": 9})["linger.ms"] == 7
+    (tmp_path / "slow.yaml").write_text("profile: slow\nkafka:\n  linger.ms: 3\n")
+    monkeypatch.setenv("STYLUS_PROFILES_DIR", str(tmp_path))
+    monkeypatch.setenv("STYLUS_PROFILE", "slow")
+    assert client_config("producer", "b:1", plain, None, {"linger.ms": 9})["linger.ms"] == 3

@@ -14,6 +14,10 @@ librdkafka does before sending). So they differ only in the Python each runs per
   tasks, no offsets kept: the API's own price, which no engine work can take away;
 - engine: `Engine.process_messages` with the bench's processor and the worker's `KafkaSink`, its state a
   `StateMap` over RocksDB for the stateful one (no checkpoint is taken: the per-record part only).
+- batch floor: what a contract SPEC section 2 does not have would cost at least: one call per consumed batch
+  with a list of `(key, value, timestamp)`, the processor calling `ctx.emit(value, key=..., timestamp=...)` per
+  output, the engine keeping each partition's next offset. It prices the per-record API against the
+  alternative (BENCHMARKS.md, issue 2); Stylus offers no such call.
 Runs alternate; each figure is thread CPU per record, the median over `--repeat` runs.
 """
 
@@ -32,7 +36,7 @@ from typing import Any
 import orjson
 from confluent_kafka import Consumer, Producer
 
-from bench.throughput import PARTITIONS, bench_pipeline, load_input, raw_batch
+from bench.throughput import KEEP, PARTITIONS, bench_pipeline, load_input, raw_batch
 from stylus.api import Processor, Record, import_processor_class
 from stylus.config.model import Pipeline, TopicSpec
 from stylus.core.engine import NO_HEADERS, Engine, RaiseFailures
@@ -122,6 +126,52 @@ def floor_body(producer: Producer, batches: list[list[Any]], processor: Processo
             held.clear()
 
 
+class BatchContext:
+    """`ctx` of the batch floor: `emit` encodes at once and holds the output until the batch call returns."""
+
+    __slots__ = ("held", "state")
+
+    def __init__(self) -> None:
+        self.held: list[tuple[Any, ...]] = []
+        self.state: dict[str, Any] = {}
+
+    def emit(self, value: Any, key: str | None = None, topic: str | None = None, timestamp: int | None = None,
+             headers: Any = None) -> None:
+        self.held.append((OUTPUT, orjson.dumps(value), None if key is None else key.encode(), -1, None, None,
+                          timestamp))
+
+
+def keep_types_batch(batch: list[tuple[str, Any, int]], ctx: BatchContext) -> None:
+    emit = ctx.emit
+    for key, value, timestamp in batch:
+        if value["type"] in KEEP:
+            emit(value, key=key, timestamp=timestamp)
+
+
+def count_per_key_batch(batch: list[tuple[str, Any, int]], ctx: BatchContext) -> None:
+    emit, state = ctx.emit, ctx.state
+    for key, _value, timestamp in batch:
+        n = (state.get(key) or 0) + 1
+        state[key] = n
+        emit({"key": key, "count": n}, key=key, timestamp=timestamp)
+
+
+def batch_floor_body(producer: Producer, batches: list[list[Any]], stateful: bool) -> None:
+    process = count_per_key_batch if stateful else keep_types_batch
+    loads, produce = orjson.loads, producer.produce
+    ctx = BatchContext()
+    positions: dict[int, int] = {}
+    for batch in batches:
+        msgs = [m for m in batch if m.error() is None]
+        records = [(m.key().decode("utf-8", "surrogateescape"), loads(m.value()), m.timestamp()[1]) for m in msgs]
+        for msg in msgs:
+            positions[msg.partition()] = msg.offset() + 1
+        process(records, ctx)
+        for item in ctx.held:
+            produce(*item)
+        ctx.held.clear()
+
+
 def new_processor(pipeline: Pipeline) -> Processor:
     spec = pipeline.processors["p"]
     return import_processor_class(spec.class_)(config=spec.config, name="p")
@@ -177,18 +227,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for stateful in (False, True):
             pipeline = bench_pipeline("127.0.0.1:1", topic_in, OUTPUT, stateful, f"{tmp}/unused")
-            figures: dict[str, list[float]] = {"raw": [], "floor": [], "engine": []}
+            figures: dict[str, list[float]] = {"raw": [], "floor": [], "engine": [], "batch": []}
             for rep in range(args.repeat):
                 figures["raw"].append(cpu_per_record(raw_body, len(msgs), batches, stateful))
                 figures["floor"].append(cpu_per_record(floor_body, len(msgs), batches, new_processor(pipeline)))
                 state_dir = Path(tmp) / f"{int(stateful)}-{rep}"
                 figures["engine"].append(cpu_per_record(engine_body, len(msgs), batches, pipeline, state_dir))
-            raw, floor, engine = (statistics.median(figures[k]) for k in ("raw", "floor", "engine"))
+                figures["batch"].append(cpu_per_record(batch_floor_body, len(msgs), batches, stateful))
+            raw, floor, engine, batch = (statistics.median(figures[k]) for k in ("raw", "floor", "engine", "batch"))
             spans = {k: f"{min(v):,.0f}-{max(v):,.0f}" for k, v in figures.items()}
             kind = "stateful" if stateful else "stateless"
             print(f"{kind}, ns per record: raw {raw:,.0f} ({spans['raw']}), floor {floor:,.0f} ({spans['floor']}), "
                   f"engine {engine:,.0f} ({spans['engine']}). The API's price (floor - raw) {floor - raw:,.0f}; the "
-                  f"engine's own (engine - floor) {engine - floor:,.0f}; raw/engine {raw / engine:.2f}", flush=True)
+                  f"engine's own (engine - floor) {engine - floor:,.0f}; raw/engine {raw / engine:.2f}. A batch-level "
+                  f"call's floor {batch:,.0f} ({spans['batch']}): raw/batch floor {raw / batch:.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""bench/engine_overhead.py compares like with like: over the same messages, the raw body, the API's floor
-and the engine queue as many outputs as the work calls for (the kept types, or one count per record), so
-the differences it prints are costs, not different work."""
+"""bench/engine_overhead.py compares like with like: over the same messages, the raw body, the API's floor,
+the engine and the batch-level floor queue as many outputs as the work calls for (the kept types, or one
+count per record), so the differences it prints are costs, not different work."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from bench.engine_overhead import (
     BATCH,
     OUTPUT,
+    batch_floor_body,
     engine_body,
     floor_body,
     new_processor,
@@ -32,14 +33,14 @@ def batches() -> list[list[Any]]:
 
 
 @pytest.mark.parametrize("stateful", [False, True], ids=["stateless", "stateful"])
-def test_the_three_sides_queue_the_same_outputs(batches: list[list[Any]], stateful: bool, tmp_path: Path) -> None:
+def test_the_four_sides_queue_the_same_outputs(batches: list[list[Any]], stateful: bool, tmp_path: Path) -> None:
     msgs = [m for batch in batches for m in batch]
     expected = RECORDS if stateful else sum(orjson.loads(m.value())["type"] in KEEP for m in msgs)
     assert 0 < expected <= RECORDS
     pipeline = bench_pipeline("127.0.0.1:1", msgs[0].topic(), OUTPUT, stateful, str(tmp_path / "unused"))
     queued = []
     sides = ((raw_body, (batches, stateful)), (floor_body, (batches, new_processor(pipeline))),
-             (engine_body, (batches, pipeline, tmp_path / "state")))
+             (engine_body, (batches, pipeline, tmp_path / "state")), (batch_floor_body, (batches, stateful)))
     for body, args in sides:
         purged: list[Any] = []  # each queued output is reported once, as purged (its broker never answers)
         producer = queue_only_producer(lambda err, msg, purged=purged: purged.append(msg.topic()))
@@ -47,4 +48,4 @@ def test_the_three_sides_queue_the_same_outputs(batches: list[list[Any]], statef
         producer.purge()
         producer.poll(0)
         queued.append(purged)
-    assert queued == [[OUTPUT] * expected] * 3
+    assert queued == [[OUTPUT] * expected] * 4

@@ -99,6 +99,8 @@ def test_exactly_once_recovers_from_every_transaction_step(runs: dict[str, Futur
     assert not run.output_violations(), run.output_violations()[:10]
     if point == "txn.stage:3":  # the staged change of a transaction that never committed is thrown away
         assert "discarding the staged checkpoint" in run.log
+        # and the abandoned transaction's records, visible on this broker, are recognised by their ids
+        assert "outputs of an unfinished transaction are already visible" in run.log
     if point == "txn.commit:3":  # the transaction committed, the local apply did not happen: apply it now
         assert "applying the staged checkpoint" in run.log
 

@@ -160,7 +160,7 @@ def batch_floor_body(producer: Producer, batches: list[list[Any]], stateful: boo
     process = count_per_key_batch if stateful else keep_types_batch
     loads, produce = orjson.loads, producer.produce
     ctx = BatchContext()
-    positions: dict[int, int] = {}
+    positions: dict[int, int] = {}  # each partition's next offset, as the raw loop and the engine keep
     for batch in batches:
         msgs = [m for m in batch if m.error() is None]
         records = [(m.key().decode("utf-8", "surrogateescape"), loads(m.value()), m.timestamp()[1]) for m in msgs]

@@ -33,9 +33,9 @@ SWAPPED = {
 # Deterministic crashes inside the exactly-once transaction protocol (T1-T5 in stylus/runtime/transactions.py).
 TXN_POINTS = ["txn.stage:3", "txn.commit:3", "txn.apply:3"]
 # A crash at `txn.stage` abandons an open transaction. Its records must have reached the broker for the crash
-# to test anything: outputs made while the previous commit was in flight are held and produced just before
-# this stage, and under load the kill came before they were sent (the run without ids then repeated none).
-# The pause lets the producer deliver them first.
+# to test anything. Outputs made while the previous commit was in flight are held and produced just before
+# this stage, so under load the kill can come while they still linger in the producer (once, in a full run,
+# the run without ids then repeated none; not reproduced alone). The pause lets the producer deliver them.
 ABANDONED_SETTLE = {"txn.stage:3": 1.5}
 
 

@@ -6,7 +6,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 
 .PHONY: install demo test lint typecheck bench clean
 
-install: $(STAMP) .venv/.debs
+install: $(STAMP) .venv/.debs .jars/.installed
 
 # the runtime dependencies at the versions the image pins (docker/*.lock): the same on every machine,
 # whatever the package index has published since
@@ -18,9 +18,14 @@ $(STAMP): pyproject.toml $(LOCKS)
 	$(PY) -m pip install --quiet -e '.[dev]' $(addprefix -c ,$(LOCKS))
 	touch $(STAMP)
 
-.venv/.debs: scripts/install-debs.sh
+.venv/.debs: scripts/install-debs.sh scripts/postgres.sh
 	bash scripts/install-debs.sh
 	@mkdir -p .venv && touch .venv/.debs
+
+# Apache Kafka, the HDFS minicluster and Spark's Kafka source, from Maven Central into .jars/ (jvm/*/pom.xml)
+.jars/.installed: scripts/install-jars.sh $(wildcard jvm/*/pom.xml) .venv/.debs
+	bash scripts/install-jars.sh
+	@touch .jars/.installed
 
 demo: install
 	.venv/bin/stylus demo $(DEMO_ARGS)
@@ -30,10 +35,11 @@ lint: install
 	.venv/bin/mypy
 
 test: install lint
+	bash scripts/postgres.sh start
 	.venv/bin/pytest -q -n 2 --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 bench: install
 	$(PY) -m bench.throughput
 
 clean:
-	rm -rf .venv .stylus .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .venv .jars .stylus .pytest_cache .mypy_cache .ruff_cache

@@ -1,4 +1,4 @@
-"""Fixtures are factories: one real embedded broker per test module, topics and pipelines per test."""
+"""Fixtures are factories: one Apache Kafka broker per test worker, topics and pipelines per test."""
 
 from __future__ import annotations
 
@@ -19,17 +19,15 @@ from stylus.kafka.settings import forget_connections
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def broker() -> Iterator[EmbeddedBroker]:
-    """A broker per test module (it starts in milliseconds). One per session made later modules pay for
-    earlier ones: the embedded broker slows down with every producer and transactional id it has seen
-    (with 2,500 of them, 4 transactional producers took 16x longer: docs/faults.md), and exactly-once
-    tests late in a full run lost outputs on it."""
+    """One Apache Kafka per test worker process for the whole session (a JVM starts in seconds); tests share it
+    through fresh topic and group names. A test that stops, pauses or restarts a broker starts its own."""
     with EmbeddedBroker() as embedded:
         yield embedded
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def bootstrap(broker: EmbeddedBroker) -> str:
     return broker.bootstrap
 

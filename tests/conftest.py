@@ -12,7 +12,7 @@ import yaml
 
 from stylus.config import Pipeline, load_pipeline
 from stylus.config.model import TopicSpec
-from stylus.kafka.admin import create_topics, delete_topics
+from stylus.kafka.admin import create_topics, delete_topics, pipeline_topics
 from stylus.kafka.broker import EmbeddedBroker
 from stylus.kafka.settings import forget_connections
 
@@ -63,8 +63,8 @@ PipelineFactory = Callable[..., tuple[Path, Pipeline]]
 
 @pytest.fixture
 def pipeline_factory(tmp_path: Path, bootstrap: str) -> Iterator[PipelineFactory]:
-    """make_pipeline(doc) -> (path, Pipeline). Topic and pipeline names get a unique suffix so tests
-    never share Kafka state; every processor's state dir goes under tmp_path unless given."""
+    """make_pipeline(doc) -> (path, Pipeline) with its topics created. Topic and pipeline names get a unique
+    suffix so tests never share Kafka state; every processor's state dir goes under tmp_path unless given."""
     made_topics: list[str] = []
 
     def make(doc: dict[str, Any], *, name: str = "p") -> tuple[Path, Pipeline]:
@@ -87,8 +87,9 @@ def pipeline_factory(tmp_path: Path, bootstrap: str) -> Iterator[PipelineFactory
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         made_topics.extend(rename.values())
         made_topics.extend(f"{doc['pipeline']}.{p}.dlq" for p in procs)
-        made_topics.append(f"{doc['pipeline']}.txn-probe")
-        return path, load_pipeline(path)
+        pipeline = load_pipeline(path)
+        create_topics(bootstrap, pipeline_topics(pipeline), pipeline)
+        return path, pipeline
 
     yield make
     delete_topics(bootstrap, made_topics)

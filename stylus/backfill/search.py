@@ -1,65 +1,38 @@
-"""Offsets for times, found by reading record timestamps.
+"""Offsets for times: where a time-bounded backfill starts and stops in each partition.
 
-The embedded broker answers `offsets_for_times` with 0, so we do not ask it: a binary search over
-[low, high) fetches the record at (or just after) the middle offset and compares its timestamp.
-Correct on any broker for partitions whose timestamps do not decrease (one producer's CreateTime,
-LogAppendTime); backfill filters every record by timestamp as well, so a bound is never exceeded.
+Kafka's time index answers `offsets_for_times` (ListOffsets by timestamp): the first offset whose record's
+timestamp is at or after the time. Exact for partitions whose timestamps do not decrease (one producer's
+CreateTime, LogAppendTime); backfill filters every record by timestamp as well, so a bound is never exceeded.
 """
 
 from __future__ import annotations
 
-import time
 import uuid
 from types import TracebackType
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from stylus.kafka.settings import connect
 
 
 class TimestampProbe:
-    """One group-less consumer that reads single records by offset."""
+    """One group-less consumer that asks the broker's time index."""
 
     def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
         self.timeout = timeout
         self.probes = 0
         self.consumer = Consumer(connect(bootstrap, **{
-            "group.id": f"stylus-probe-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "fetch.wait.max.ms": 10,
-            "fetch.max.bytes": 1 << 20,
-            "max.partition.fetch.bytes": 1 << 16,
-        }))
-
-    def record_at(self, topic: str, partition: int, offset: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record at or after `offset`, None at the end of the partition.
-        Only call it with offset < the partition's (correct) high watermark: the broker stalls past it."""
-        self.probes += 1
-        self.consumer.assign([TopicPartition(topic, partition, offset)])
-        deadline = time.monotonic() + self.timeout
-        while time.monotonic() < deadline:
-            for msg in self.consumer.consume(num_messages=1, timeout=0.2):
-                err = msg.error()
-                if err is None:
-                    return msg.offset(), msg.timestamp()[1]
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return None
-        raise TimeoutError(f"no record from {topic}[{partition}]@{offset} within {self.timeout}s")
+            "group.id": f"stylus-probe-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False}))
 
     def offset_for_time(self, topic: str, partition: int, low: int, high: int, timestamp_ms: int) -> int:
         """The first offset in [low, high] whose record has timestamp >= `timestamp_ms` (high if none)."""
-        lo, hi = low, high
-        while lo < hi:
-            mid = (lo + hi) // 2
-            found = self.record_at(topic, partition, mid)
-            if found is None or found[0] >= hi:
-                hi = mid  # nothing at [mid, hi): the answer is at or before mid
-            elif found[1] >= timestamp_ms:
-                hi = mid  # offsets in [mid, found) hold no record, so mid is as good as found
-            else:
-                lo = found[0] + 1
-        return lo
+        self.probes += 1
+        [found] = self.consumer.offsets_for_times([TopicPartition(topic, partition, timestamp_ms)],
+                                                  timeout=self.timeout)
+        if found.error is not None:
+            raise RuntimeError(f"offsets_for_times({topic}[{partition}], {timestamp_ms}) failed: {found.error}")
+        offset = found.offset if found.offset >= 0 else high  # no record that late: the end
+        return min(max(offset, low), high)
 
     def close(self) -> None:
         self.consumer.close()

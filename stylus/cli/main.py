@@ -161,8 +161,10 @@ def run(pipeline_file: str, processors: tuple[str, ...], exit_when_idle: float |
 
 @cli.command()
 @click.option("--port", type=int, default=None, help="port to listen on (default: a free one)")
-def broker(port: int | None) -> None:
-    """Run the embedded Kafka-compatible broker in the foreground."""
+@click.option("--data", "data_dir", type=click.Path(file_okay=False), default=None,
+              help="keep the broker's log and metadata here across restarts (default: a temporary folder)")
+def broker(port: int | None, data_dir: str | None) -> None:
+    """Run Apache Kafka (one KRaft node, jars from `make install`) in the foreground."""
     import signal
     import threading
 
@@ -171,12 +173,14 @@ def broker(port: int | None) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    with EmbeddedBroker(port) as embedded:
+    with EmbeddedBroker(port, data_dir=data_dir) as embedded:
         click.echo(embedded.bootstrap)
+        click.echo(f"Apache Kafka ready in {embedded.started_in:.1f} s; data in {embedded.data_dir}, "
+                   f"log in {embedded.log_file}", err=True)
         sys.stdout.flush()
         while not stop.wait(0.5):
             if embedded.process is None or embedded.process.poll() is not None:
-                raise click.ClickException("the embedded broker exited")
+                raise click.ClickException(f"Apache Kafka exited; see {embedded.log_file}")
 
 
 @cli.command()

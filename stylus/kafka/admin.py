@@ -48,7 +48,8 @@ def wait_for_topics(admin: AdminClient, partitions: dict[str, int], timeout: flo
     deadline = time.monotonic() + timeout
     while True:
         meta = admin.list_topics(timeout=timeout).topics
-        if all(t in meta and len(meta[t].partitions) >= n for t, n in partitions.items()):
+        if all(t in meta and len(meta[t].partitions) >= n and all(p.leader >= 0 for p in meta[t].partitions.values())
+               for t, n in partitions.items()):  # every partition has its leader: records can go there now
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"topics not visible after {timeout}s: {sorted(partitions)}")

@@ -41,8 +41,14 @@ ONE_NODE_SETTINGS: dict[str, str | int] = {
     "group.initial.rebalance.delay.ms": 0,
     # development clients may ask for short sessions (a killed member leaves sooner); Kafka's floor is 6 s
     "group.min.session.timeout.ms": 1000,
+    # records are kept until a topic's own `retention.ms` says otherwise: development and test data carry
+    # timestamps of any age (Kafka's default, 7 days, would delete a replayed 2023 log at once)
+    "log.retention.ms": -1,
     # retention is applied within a second of a segment expiring, not five minutes later
     "log.retention.check.interval.ms": 1000,
+    "log.initial.task.delay.ms": 1000,
+    # a record produced to a missing topic is an error, not a topic with the broker's default partitions
+    "auto.create.topics.enable": "false",
     "num.network.threads": 2,
     "num.io.threads": 4,
 }

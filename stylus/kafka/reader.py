@@ -14,6 +14,10 @@ from stylus.kafka.offsets import end_offsets, topic_partitions
 from stylus.kafka.settings import connect
 
 
+class RecordsDeleted(LookupError):
+    """A range starts below the partition's log start: retention (or deleteRecords) removed those records."""
+
+
 def read_range(
     bootstrap: str,
     ranges: dict[tuple[str, int], tuple[int, int]],
@@ -36,6 +40,7 @@ def read_range(
         "fetch.wait.max.ms": 10,
         "fetch.queue.backoff.ms": 10,
         "queued.min.messages": 10000,
+        "auto.offset.reset": "error",  # a range whose start retention deleted must fail, not jump elsewhere
     }))
     try:
         consumer.assign([TopicPartition(t, p, start) for (t, p), (start, _) in todo.items()])
@@ -55,6 +60,9 @@ def read_range(
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF and msg.offset() >= end:
                         del remaining[key]
+                    elif err.code() == KafkaError._AUTO_OFFSET_RESET:
+                        raise RecordsDeleted(f"{key[0]}[{key[1]}] no longer holds offset {todo[key][0]}: retention "
+                                             f"deleted it ({err.str()})")
                     continue
                 if msg.offset() >= end:
                     del remaining[key]

@@ -251,7 +251,7 @@ class PendingCheckpoint:
         """T1-T3 of one partition; returns how long its commit took."""
         snap.txn.stage_and_send_offsets(snap, self.group_metadata)
         self._passed("txn.stage")
-        if snap.outputs is not None:  # a checkpoint of timers only (no input consumed): its own crash point
+        if snap.offset == snap.txn.task.committed_offset:  # timers only (no input consumed): its own crash point
             self._passed("txn.stage.no-input")
         started = time.monotonic()
         snap.txn.commit(served_elsewhere=self.overlapped)
@@ -291,8 +291,7 @@ class PendingCheckpoint:
         """T1-T5 of stylus/runtime/transactions.py for every partition with progress. T1-T3 of the
         partitions run at the same time, one thread each: every partition has its own producer, and a
         commit is broker round trips (flush, EndTxn) whose waits would otherwise add up while the
-        worker holds its output. Where the cluster needs it, the EndTxn requests take turns
-        (`TransactionalPartition.commit`, stylus/kafka/endtxn.py)."""
+        worker holds its output."""
         from stylus.runtime.transactions import Aborted, Fenced, output_marks
 
         snaps = self.txn_snapshots
@@ -317,7 +316,8 @@ class PendingCheckpoint:
         if error is not None:  # after every partition's commit has finished: none is left running
             raise error
         if committed:
-            marks = output_marks(self.worker.marks_client, self.worker.pipeline, self.worker.spec.outputs)
+            marks = (output_marks(self.worker.marks_client, self.worker.pipeline, self.worker.spec.outputs)
+                     if self.worker.marks_client is not None else None)
             for snap in committed:
                 snap.txn.apply(snap, marks)
                 self.worker.faults.passed("txn.apply")

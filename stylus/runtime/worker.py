@@ -22,10 +22,8 @@ from stylus.core.engine import Engine, StopProcessing
 from stylus.core.task import PartitionTask
 from stylus.eventtime.driver import WorkerEventTime
 from stylus.kafka.batching import BatchSizer
-from stylus.kafka.endtxn import EndTxnTurns
 from stylus.kafka.producer import close_producer
 from stylus.kafka.settings import client_config
-from stylus.kafka.txnprobe import hides_aborted_records
 from stylus.monoid.backend import remote_state_for
 from stylus.runtime.checkpoint import Ordering, PendingCheckpoint, ordering_for
 from stylus.runtime.failures import FailurePolicy
@@ -33,7 +31,7 @@ from stylus.runtime.faults import FaultInjector
 from stylus.runtime.gctune import tune_for_streaming
 from stylus.runtime.sink import KafkaSink, message_max_bytes
 from stylus.runtime.stats import WorkerStats
-from stylus.runtime.transactions import OutputsBlocked, TransactionalPartition, marks_client, record_ids_needed
+from stylus.runtime.transactions import TransactionalPartition, marks_client, record_ids_wanted
 from stylus.state.backup import BackupManager
 from stylus.state.kv import RocksKV
 from stylus.state.store import PartitionStore, StateMap
@@ -90,7 +88,6 @@ class Worker:
         self._forgotten: set[tuple[str, int]] = set()
         self.checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stylus-{name}-checkpoint")
         self.inflight: tuple[PendingCheckpoint, Future[None]] | None = None
-        self.marks_client = marks_client(bootstrap, pipeline, name) if self.ordering.transactional else None
         self.processed = 0
         self.stats = WorkerStats()  # timings read by stylus.monitoring at scrape time
         self.checkpoints = 0
@@ -104,7 +101,6 @@ class Worker:
         self._idle_since: float | None = None
         consumer_config = client_config("consumer", bootstrap, pipeline, name)
         self._cooperative = "cooperative" in str(consumer_config.get("partition.assignment.strategy", ""))
-        self._reset_to_earliest = str(consumer_config.get("auto.offset.reset")) in ("earliest", "smallest", "beginning")
         self.batches = BatchSizer.for_consumer(self.spec.batch_size, consumer_config)  # fewer when records are big
 
         self.sink: KafkaSink
@@ -126,20 +122,12 @@ class Worker:
             pipeline, name, instance, self.producer, self.engine,
             eager=not (self.ordering.holds_output or self.ordering.transactional))
         self.backups = BackupManager.for_worker(pipeline, name)  # None: no state.backup configured
-        # exactly-once output: do the outputs of input records carry `stylus.id`? (asks the cluster once)
-        self.record_ids = False
-        if self.ordering.transactional:
-            self.record_ids = record_ids_needed(
-                pipeline, name, bootstrap, timers=type(self.processor).on_timer is not Processor.on_timer)
-            log.info("%s: outputs of input records %s the stylus.id header (output_ids: %s)", name,
-                     "carry" if self.record_ids else "go without", self.spec.semantics.output_ids)
-        # Where the cluster shows aborted records (the embedded broker), transactions end one at a time (this
-        # worker's partitions, and the other processes of this machine on the same broker): two EndTxn requests
-        # at once can leave that broker's read_committed end stuck for good (docs/faults.md). Kafka's
-        # coordinator has no such race: there they end together.
-        self.end_txn_turns: EndTxnTurns | None = None
-        if self.ordering.transactional and not hides_aborted_records(bootstrap, pipeline, name):
-            self.end_txn_turns = EndTxnTurns(bootstrap)
+        # exactly-once output: do outputs carry `stylus.id` (semantics.output_ids)? Where they do, each commit
+        # also saves where the output partitions end (for a backup restore's timeline): a group-less consumer
+        # asks, since the checkpoint thread must not call the worker's consumer
+        self.record_ids = self.ordering.transactional and record_ids_wanted(
+            pipeline, name, timers=type(self.processor).on_timer is not Processor.on_timer)
+        self.marks_client = marks_client(bootstrap, pipeline, name) if self.record_ids else None
         self.consumer = Consumer(
             client_config(
                 "consumer", bootstrap, pipeline, name,
@@ -273,8 +261,6 @@ class Worker:
             self.checkpointer.shutdown(wait=True)
             if self.marks_client is not None:
                 self.marks_client.close()
-            if self.end_txn_turns is not None:
-                self.end_txn_turns.close()
             self.processor.close()
             self.finished = True
 
@@ -423,8 +409,7 @@ class Worker:
         task = PartitionTask(topic, partition, store)
         if self.ordering.transactional:  # fence the old owner now; settle once every partition is fenced
             txn = TransactionalPartition(task, self.pipeline, self.name, self.bootstrap, self.consumer,
-                                         self.engine.ctx, self.instance, self.end_txn_turns)
-            txn.sink.stamp_records = self.record_ids
+                                         self.engine.ctx, self.instance, record_ids=self.record_ids)
             txn.fence()
             task.sink = txn.sink
             self.txns[task.key] = txn
@@ -444,65 +429,22 @@ class Worker:
         self.assigned_once = True
         self._assignment_settled = True  # called at the end of every rebalance, with an empty list too
         self._idle_since = None
-        if partitions and self.ordering.transactional and self.tasks:
-            # Settling the new partitions reads their output partitions `read_committed`, which our own open
-            # transactions (the partitions we keep, cooperative rebalancing) hold back: commit them first, or
-            # settling waits on ourselves until it gives up (OutputsBlocked) and the group rebalances again.
-            self.checkpoint(list(self.tasks.values()))
         self._unassigned(partitions)  # ours again, from the offset chosen below
         opened = [self._open_task(tp.topic, tp.partition) for tp in partitions]
-        try:
-            for tp, task in zip(partitions, opened, strict=True):
-                self._prepare_task(task)
-                self.tasks[task.key] = task
-                tp.offset = task.next_offset if task.next_offset is not None else OFFSET_STORED
-        except OutputsBlocked as exc:
-            self._give_back(consumer, partitions, opened, exc)
-            return
-        self._start_new_partitions_at_zero(consumer, partitions)
+        for tp, task in zip(partitions, opened, strict=True):
+            self._prepare_task(task)
+            self.tasks[task.key] = task
+            tp.offset = task.next_offset if task.next_offset is not None else OFFSET_STORED
         if partitions:
             log.info("%s: assigned %s", self.name,
                      ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions))
         self._assign(consumer, partitions)
-        if partitions:
-            consumer.resume(partitions)  # in case an earlier `_give_back` left them paused
-
-    def _start_new_partitions_at_zero(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """A partition the group never committed starts at offset 0 rather than at the broker's earliest
-        offset, where `auto.offset.reset` asks for the earliest: the embedded broker can answer a later
-        batch's offset there and the records below would be skipped (docs/faults.md). On Kafka, offset 0
-        below the log start is out of range, and the reset policy moves it to the real start."""
-        fresh = [tp for tp in partitions if tp.offset == OFFSET_STORED]
-        if not fresh or not self._reset_to_earliest:
-            return
-        try:
-            committed = consumer.committed([TopicPartition(tp.topic, tp.partition) for tp in fresh], timeout=10)
-        except KafkaException as exc:
-            log.debug("%s: committed offsets not known (%s); starting per auto.offset.reset", self.name, exc)
-            return
-        for tp, known in zip(fresh, committed, strict=True):
-            tp.offset = known.offset if known.offset >= 0 else 0
 
     def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._cooperative:
             consumer.incremental_assign(partitions)
         else:
             consumer.assign(partitions)
-
-    def _give_back(self, consumer: Consumer, partitions: list[TopicPartition], opened: list[PartitionTask],
-                   exc: OutputsBlocked) -> None:
-        """Exactly-once settling was blocked by another producer's open transaction (OutputsBlocked): close
-        what was opened, take the partitions paused (the client assigns them anyway once this callback
-        returns) and rejoin the group after this batch. Waiting here instead held up the whole rebalance,
-        and with it the assignment that would fence the blocking transaction (the zombie test's failure)."""
-        log.warning("%s: %s; handing the assignment back and rejoining the consumer group", self.name, exc)
-        for task in opened:
-            self.tasks[task.key] = task
-        self._drop(opened)  # their transactions hold nothing yet: aborted if begun, producers closed
-        self._assignment_settled = False
-        self._rejoin = True
-        self._assign(consumer, partitions)
-        consumer.pause(partitions)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.rebalances += 1

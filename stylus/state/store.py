@@ -7,9 +7,7 @@ Key layout in the KV (one database per input partition):
     b"\\x00m" + name      framework metadata (JSON)
     b"\\x00x"             a staged checkpoint (exactly-once output): offset + state changes, applied or
                          discarded on recovery depending on whether its Kafka transaction committed
-    b"\\x00y"             the outputs of a staged checkpoint that made no input progress (timers only):
-                         its offset cannot tell whether it committed, so recovery rolls it forward
-    b"\\x00p"             outputs a roll-forward re-emits until a transaction carrying them commits
+    b"\\x00y"             the staged checkpoint's id, which its transaction commits as the offset's metadata
     b"d" + bucket + id, b"\\x00d"   the duplicate-suppression seen-set (stylus/state/seen.py, `attach`)
 Writes are buffered in memory and land in one atomic batch at `commit`, so state and offsets
 saved together can never disagree.
@@ -34,8 +32,7 @@ _TIMER = b"t"
 _OFFSET_KEY = b"\x00o"
 _META = b"\x00m"
 _STAGED = b"\x00x"
-_STAGED_OUTPUTS = b"\x00y"
-_PENDING_OUTPUTS = b"\x00p"
+_STAGED_ID = b"\x00y"
 _MISSING: Any = object()
 _DELETED: Any = object()
 _TS = struct.Struct(">q")
@@ -53,58 +50,6 @@ def encode_changes(offset: int, changes: dict[bytes, bytes | None]) -> bytes:
             parts.append(_LEN.pack(len(value)))
             parts.append(value)
     return b"".join(parts)
-
-
-def _put(parts: list[bytes], data: bytes | str | None) -> None:
-    if data is None:
-        parts.append(_LEN.pack(-1))
-        return
-    raw = data.encode() if isinstance(data, str) else data
-    parts.append(_LEN.pack(len(raw)))
-    parts.append(raw)
-
-
-def _take(blob: bytes, pos: int) -> tuple[bytes | None, int]:
-    (size,) = _LEN.unpack_from(blob, pos)
-    pos += 4
-    if size < 0:
-        return None, pos
-    return blob[pos : pos + size], pos + size
-
-
-def _encode_outputs(outputs: list[Any]) -> bytes:
-    """Produced records, (topic, value, key, timestamp, headers), length-prefixed like `encode_changes`."""
-    parts = [_LEN.pack(len(outputs))]
-    for topic, value, key, timestamp, headers in outputs:
-        _put(parts, topic)
-        _put(parts, value)
-        _put(parts, key)
-        parts.append(_TS.pack(timestamp))
-        parts.append(_LEN.pack(len(headers or ())))
-        for name, header in headers or ():
-            _put(parts, name)
-            _put(parts, header)
-    return b"".join(parts)
-
-
-def _decode_outputs(blob: bytes) -> list[Any]:
-    (count,) = _LEN.unpack_from(blob, 0)
-    pos = 4
-    outputs = []
-    for _ in range(count):
-        topic, pos = _take(blob, pos)
-        value, pos = _take(blob, pos)
-        key, pos = _take(blob, pos)
-        timestamp = _TS.unpack_from(blob, pos)[0]
-        (n_headers,) = _LEN.unpack_from(blob, pos + 8)
-        pos += 12
-        headers = []
-        for _ in range(n_headers):
-            name, pos = _take(blob, pos)
-            header, pos = _take(blob, pos)
-            headers.append(((name or b"").decode(), header))
-        outputs.append(((topic or b"").decode(), value, key, timestamp, headers))
-    return outputs
 
 
 def decode_changes(blob: bytes) -> tuple[int, dict[bytes, bytes | None]]:
@@ -477,49 +422,32 @@ class PartitionStore:
         nothing). Metadata alone is not: it rides along with the next checkpoint."""
         return self.state.dirty or self.timers.dirty
 
-    def stage(self, offset: int, changes: dict[bytes, bytes | None], outputs: list[Any] | None = None) -> None:
-        """Step 1 of a transactional checkpoint: persist the pending change before the commit is tried.
-        `outputs` (the transaction's records) only when it made no input progress: see `staged`."""
-        self.kv.write({_STAGED: encode_changes(offset, changes),
-                       _STAGED_OUTPUTS: None if outputs is None else _encode_outputs(outputs)})
+    def stage(self, offset: int, changes: dict[bytes, bytes | None], checkpoint_id: str) -> None:
+        """T1 of a transactional checkpoint: persist the pending change, and the id its transaction commits
+        beside the input offset, before the commit is tried."""
+        self.kv.write({_STAGED: encode_changes(offset, changes), _STAGED_ID: checkpoint_id.encode()})
 
-    def staged(self) -> tuple[int, dict[bytes, bytes | None], list[Any] | None] | None:
-        """(offset, changes, outputs) of a staged checkpoint. `outputs` is None when the checkpoint moved the
-        input offset, so the group's committed offset tells whether its transaction won."""
+    def staged(self) -> tuple[int, dict[bytes, bytes | None], str] | None:
+        """(offset, changes, checkpoint id) of a staged checkpoint, None when there is none."""
         blob = self.kv.get(_STAGED)
         if blob is None:
             return None
         offset, changes = decode_changes(blob)
-        raw = self.kv.get(_STAGED_OUTPUTS)
-        return offset, changes, None if raw is None else _decode_outputs(raw)
+        return offset, changes, (self.kv.get(_STAGED_ID) or b"").decode()
 
     def apply_staged(self, offset: int, changes: dict[bytes, bytes | None],
                      extra: dict[bytes, bytes | None] | None = None) -> None:
-        """After the transaction committed: state + offset + metadata in one batch, staging cleared (and
-        the outputs of an earlier roll-forward, which that transaction carried). Touches only the KV (the
-        changes were taken from the cache when the checkpoint began)."""
+        """After the transaction committed: state + offset + metadata in one batch, staging cleared. Touches
+        only the KV (the changes were taken from the cache when the checkpoint began)."""
         batch = dict(changes)
         batch.update(self.offset_change(offset))
         if extra:
             batch.update(extra)
-        batch[_STAGED] = batch[_STAGED_OUTPUTS] = batch[_PENDING_OUTPUTS] = None
+        batch[_STAGED] = batch[_STAGED_ID] = None
         self.kv.write(batch)
-
-    def roll_forward(self, offset: int, changes: dict[bytes, bytes | None], outputs: list[Any]) -> None:
-        """Recovery of a staged checkpoint that made no input progress: apply it, and keep its outputs as
-        pending (re-emitted, unless already visible, until a later transaction carrying them commits)."""
-        batch = dict(changes)
-        batch.update(self.offset_change(offset))
-        batch[_STAGED] = batch[_STAGED_OUTPUTS] = None
-        batch[_PENDING_OUTPUTS] = _encode_outputs(outputs)
-        self.kv.write(batch)
-
-    def pending_outputs(self) -> list[Any]:
-        raw = self.kv.get(_PENDING_OUTPUTS)
-        return [] if raw is None else _decode_outputs(raw)
 
     def discard_staged(self) -> None:
-        self.kv.write({_STAGED: None, _STAGED_OUTPUTS: None})
+        self.kv.write({_STAGED: None, _STAGED_ID: None})
 
     def close(self) -> None:
         self.kv.close()

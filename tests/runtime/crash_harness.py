@@ -45,6 +45,7 @@ class CrashRun:
     output_counts: dict[tuple[int, int], list[int]] = field(default_factory=dict)
     output_log: list[tuple[int, str, int]] = field(default_factory=list)  # (out position, src, count)
     kill_positions: list[int] = field(default_factory=list)  # outputs visible at each kill
+    hidden_outputs: int = 0  # records a read_uncommitted reader sees and a read_committed one does not (aborted)
     log: str = ""
 
     # ---- the promises of SPEC section 1, checked ------------------------------------------------
@@ -245,8 +246,8 @@ def blocked_tail(bootstrap: str, topic: str) -> str:
 
 
 def _visible_outputs(bootstrap: str, topic: str) -> int:
-    """The output topic's size at a kill. Not a read_committed read: on the embedded broker a transaction
-    abandoned by the kill blocks such readers until the next instance initialises its transactional id."""
+    """The output topic's size at a kill. Not a read_committed read: a transaction abandoned by the kill holds
+    such readers back until the next owner of its transactional id aborts it."""
     ends = end_offsets(bootstrap, [(topic, p) for p in range(PARTITIONS)])
     return sum(high for _, high in ends.values())
 
@@ -257,7 +258,9 @@ def _collect(run: CrashRun, bootstrap: str, topic_in: str, topic_out: str, state
         run.inputs.append(f"{topic_in}:{msg.partition()}:{msg.offset()}")
         ts = msg.timestamp()[1]
         run.truth[(msg.partition(), ts - ts % window_ms)] += 1
-    for position, msg in enumerate(read_topic(bootstrap, topic_out)):
+    committed = read_topic(bootstrap, topic_out)
+    run.hidden_outputs = len(read_topic(bootstrap, topic_out, isolation="read_uncommitted")) - len(committed)
+    for position, msg in enumerate(committed):
         value = orjson.loads(msg.value())
         run.outputs_per_src[value["src"]] += 1
         source_partition = int(value["src"].rsplit(":", 2)[1])

@@ -2,8 +2,9 @@
 
 Broker (embedded unless STYLUS_BOOTSTRAP_SERVERS is set), topics, a real-time event generator with
 one burst, every processor in-process (one thread each), and a board that reads the ranked topic.
-State goes to a fresh temporary directory: the embedded broker forgets everything when it stops,
-so offsets kept from an earlier run would point past the end of the new topics.
+State goes to a fresh temporary directory: the embedded broker started for the demo keeps its data in a
+temporary folder deleted when it stops, so offsets kept from an earlier run would point past the end of the
+new topics.
 """
 
 from __future__ import annotations
@@ -68,8 +69,8 @@ class Board:
             "enable.auto.commit": False, "fetch.wait.max.ms": 50, "fetch.queue.backoff.ms": 10,
             "isolation.level": "read_committed", "auto.offset.reset": "earliest",
         }))
-        # from offset 0, not OFFSET_BEGINNING: the embedded broker's earliest offset can be too high
-        # (docs/faults.md); on Kafka, 0 below the log start resets to the real start
+        # from offset 0: the demo's topics are new; should 0 be below a partition's log start, the consumer
+        # resets to that start (auto.offset.reset)
         self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         self.latest: dict[str, dict[str, Any]] = {}
         self.received = 0

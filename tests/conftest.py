@@ -63,11 +63,11 @@ PipelineFactory = Callable[..., tuple[Path, Pipeline]]
 
 @pytest.fixture
 def pipeline_factory(tmp_path: Path, bootstrap: str) -> Iterator[PipelineFactory]:
-    """make_pipeline(doc) -> (path, Pipeline) with its topics created. Topic and pipeline names get a unique
+    """make_pipeline(doc) -> (path, Pipeline) with its topics created (unless `create=False`). Topic and pipeline names get a unique
     suffix so tests never share Kafka state; every processor's state dir goes under tmp_path unless given."""
     made_topics: list[str] = []
 
-    def make(doc: dict[str, Any], *, name: str = "p") -> tuple[Path, Pipeline]:
+    def make(doc: dict[str, Any], *, name: str = "p", create: bool = True) -> tuple[Path, Pipeline]:
         suffix = uuid.uuid4().hex[:6]
         rename = {t: f"{t}-{suffix}" for t in doc["topics"]}
         doc = dict(doc)
@@ -88,7 +88,8 @@ def pipeline_factory(tmp_path: Path, bootstrap: str) -> Iterator[PipelineFactory
         made_topics.extend(rename.values())
         made_topics.extend(f"{doc['pipeline']}.{p}.dlq" for p in procs)
         pipeline = load_pipeline(path)
-        create_topics(bootstrap, pipeline_topics(pipeline), pipeline)
+        if create:
+            create_topics(bootstrap, pipeline_topics(pipeline), pipeline)
         return path, pipeline
 
     yield make

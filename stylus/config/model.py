@@ -50,10 +50,10 @@ class TopicSpec(Frozen):
 class Semantics(Frozen):
     state: Mode | None = None
     output: Mode = "at_least_once"
-    # exactly-once output: whether every record output carries its `stylus.id` header. `auto`: only where
-    # the cluster shows aborted transactional records (the embedded broker; probed once, stylus/kafka/txnprobe.py)
-    # or where a restore from a state backup places timers by them; `never` skips the probe (a cluster known to
-    # hide aborted records). Timer, dead-letter and late outputs always carry it (docs/semantics.md).
+    # exactly-once output: whether outputs carry the `stylus.id` header (MillWheel record ids, for consumers
+    # that deduplicate; exactly-once itself rests on the transaction alone). `always`: every output; `auto`:
+    # only a processor with timers and a state backup, whose restore places the fired timers by them
+    # (stylus/state/backup/timeline.py); `never`: none (docs/semantics.md, "Record ids").
     output_ids: Literal["auto", "always", "never"] = "auto"
 
     @model_validator(mode="after")

@@ -48,10 +48,9 @@ class PartitionTask:
 
     @property
     def has_progress(self) -> bool:
-        """Input consumed, state or timers changed (a timer firing with no new input), or outputs re-emitted
-        into its transaction by a recovery, since the last checkpoint."""
-        return (self.next_offset != self.committed_offset or (self.store is not None and self.store.dirty)
-                or bool(getattr(self.sink, "journal", None)))
+        """Input consumed, or state or timers changed (a timer firing with no new input), since the last
+        checkpoint."""
+        return self.next_offset != self.committed_offset or (self.store is not None and self.store.dirty)
 
     def __repr__(self) -> str:
         return f"PartitionTask({self.topic}[{self.partition}] next={self.next_offset})"

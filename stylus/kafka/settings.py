@@ -1,8 +1,8 @@
 """librdkafka settings: our defaults, then the pipeline's `kafka:` block, then the processor's.
 
 Settings pass through by their own dotted names. A `consumer:` or `producer:` sub-mapping
-applies to that client only. Values here were measured on the embedded broker
-(`shared/notes/broker.md`) and are also right for a real cluster.
+applies to that client only. The same defaults serve the embedded broker (Apache Kafka, one node) and a
+real cluster.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "session.timeout.ms": 6000,
     "heartbeat.interval.ms": 1000,
     "partition.assignment.strategy": "cooperative-sticky",
-    # Low latency. The embedded broker answers a fetch empty when reading takes longer than this, which grows
-    # with the partition (~0.3 s at 600k records): for topics that big on it, set 500 (librdkafka's default)
-    # in the `kafka: {consumer: ...}` block, as bench/soak.py does (docs/faults.md)
+    # How long the broker may hold a fetch that found no records (librdkafka's default: 500). Kafka answers a
+    # waiting fetch as soon as records arrive, so a low value mostly costs idle consumers more fetch requests;
+    # the tests and most benchmarks (BENCHMARKS.md) ran with 20, bench/soak.py sets 500
     "fetch.wait.max.ms": 20,
     "fetch.queue.backoff.ms": 10,
     "queued.min.messages": 10000,

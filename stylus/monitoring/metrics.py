@@ -3,7 +3,7 @@
 A custom Collector reads the counters the workers already keep (and their `stats` timings), so
 nothing is added to the per-record loop. Per-partition lag is the worker's own progress
 (`next_offset`: records processed, checkpointed or not) against the true end offset
-(`stylus.kafka.offsets.end_offsets`, right on the embedded broker too); lag in seconds is the age of
+(`stylus.kafka.offsets.end_offsets`: the high watermark); lag in seconds is the age of
 the record at that position, read once per (partition, position) and cached.
 
 The worker's own consumer is never touched from the scrape thread: calling into a librdkafka handle

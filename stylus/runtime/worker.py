@@ -82,7 +82,7 @@ class Worker:
         self.tasks: dict[tuple[str, int], PartitionTask] = {}
         self.txns: dict[tuple[str, int], TransactionalPartition] = {}  # exactly-once output only
         self.faults = FaultInjector()
-        self._rejoin = False  # a transaction failed: rejoin the group after this batch (see `_fenced`)
+        self._rejoin = False  # a transaction failed: rejoin the group after this batch (see `_aborted`)
         # partitions whose task was dropped (`_forget`) while still assigned: until the group assigns them
         # again, records of theirs already fetched must not reach the engine (there is no task for them)
         self._forgotten: set[tuple[str, int]] = set()
@@ -401,7 +401,7 @@ class Worker:
         store = None
         if self.remote_state is not None:  # monoid state in PostgreSQL: resume offset from its offsets table
             store = self.remote_state.open(topic, partition)
-        elif self.spec.stateful or self.ordering.transactional:  # exactly-once keeps its output marks there
+        elif self.spec.stateful or self.ordering.transactional:  # exactly-once stages its checkpoints there
             if self.backups is not None:  # missing or older than the newest backup: restore it first
                 self.backups.restore_if_newer(topic, partition, self._store_path(topic, partition), self.consumer)
             kv = RocksKV(self._store_path(topic, partition))

@@ -52,7 +52,7 @@ def test_graph_in_three_formats(tmp_path: Path) -> None:
 
 
 def test_topics_create_is_idempotent(bootstrap: str, pipeline_factory: PipelineFactory) -> None:
-    path, pipeline = pipeline_factory(COUNTER)
+    path, pipeline = pipeline_factory(COUNTER, create=False)
     first = run_stylus("topics", "create", str(path), bootstrap=bootstrap)
     assert first.returncode == 0, first.stderr
     words = pipeline.processors["counter"].inputs[0]

@@ -59,7 +59,8 @@ def produce_with_garbage(bootstrap: str, topic: str) -> tuple[list[dict[str, Any
 
 def exactly_once(doc: dict[str, Any]) -> dict[str, Any]:
     for spec in doc["processors"].values():
-        spec["semantics"] = {**spec.get("semantics", {}), "output": "exactly_once"}
+        # record ids asked for: the check below that no output is seen twice reads them
+        spec["semantics"] = {**spec.get("semantics", {}), "output": "exactly_once", "output_ids": "always"}
         if "state" in spec:
             spec["semantics"]["state"] = "exactly_once"
         spec["checkpoint"] = {"interval": "1s"}

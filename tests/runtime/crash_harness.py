@@ -46,6 +46,7 @@ class CrashRun:
     output_log: list[tuple[int, str, int]] = field(default_factory=list)  # (out position, src, count)
     kill_positions: list[int] = field(default_factory=list)  # outputs visible at each kill
     hidden_outputs: int = 0  # records a read_uncommitted reader sees and a read_committed one does not (aborted)
+    with_record_ids: int = 0  # outputs carrying a `stylus.id` header
     log: str = ""
 
     # ---- the promises of SPEC section 1, checked ------------------------------------------------
@@ -261,6 +262,7 @@ def _collect(run: CrashRun, bootstrap: str, topic_in: str, topic_out: str, state
     committed = read_topic(bootstrap, topic_out)
     run.hidden_outputs = len(read_topic(bootstrap, topic_out, isolation="read_uncommitted")) - len(committed)
     for position, msg in enumerate(committed):
+        run.with_record_ids += any(name == "stylus.id" for name, _ in msg.headers() or [])
         value = orjson.loads(msg.value())
         run.outputs_per_src[value["src"]] += 1
         source_partition = int(value["src"].rsplit(":", 2)[1])

@@ -74,6 +74,7 @@ def test_promise_holds_through_random_sigkills(runs: dict[str, Future[CrashRun]]
     assert not run.output_violations(), run.output_violations()[:10]
     if pair == ("exactly_once", "exactly_once"):
         assert sum(run.outputs_per_src.values()) == len(run.inputs)
+        assert run.with_record_ids == 0  # exactly-once rests on the transaction alone: no per-output id
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=_id)

@@ -122,19 +122,10 @@ def test_at_most_once_output_is_held_by_the_engine_until_released(
         (b"k", 0), (b"other", 0), (b"k", 2), (b"other", 2)]
 
 
-def test_only_ids_that_processing_can_emit_again_stay_in_the_skip_set() -> None:
-    from stylus.runtime.transactions import _still_reachable
-
-    ids = {b"in:1:99:0", b"in:1:100:0", b"in:1:100:1", b"in:1:T5000:key:0", b"in:1:250:3"}
-    assert _still_reachable(ids, b"in:1:", 100) == {b"in:1:100:0", b"in:1:100:1", b"in:1:T5000:key:0",
-                                                    b"in:1:250:3"}
-    assert _still_reachable(ids, b"in:1:", None) == ids
-
-
 def test_exactly_once_output_held_during_a_commit_keeps_its_ids(bootstrap: str) -> None:
-    """While a transaction's commit is in flight, the engine holds exactly-once outputs stamped exactly as it
-    would produce them (`stylus.id` = prefix + offset + emit index), nothing of a failing record, and the
-    sink's own stamping (a dead letter) continues the same record's numbering."""
+    """While a transaction's commit is in flight, the engine holds exactly-once outputs stamped (record ids
+    asked for) exactly as it would produce them (`stylus.id` = prefix + offset + emit index), nothing of a
+    failing record, and the sink's own stamping (a dead letter) continues the same record's numbering."""
     from stylus.runtime.transactions import ID_HEADER, TransactionalSink
 
     pipeline = parse_pipeline("pipeline: s\ntopics: {src: {}, out: {}}\nprocessors:\n"
@@ -144,14 +135,15 @@ def test_exactly_once_output_held_during_a_commit_keeps_its_ids(bootstrap: str) 
     engine = Engine(EmitThenFail(), "p", pipeline.processors["p"], pipeline, KafkaSink(
         Producer({"bootstrap.servers": bootstrap}), pipeline, ("out",), hold=False),
         lambda msg, exc, stage, task: failed.append(msg.offset()))
-    sink = TransactionalSink(Producer({"bootstrap.servers": bootstrap}), pipeline, ("out",), engine.ctx, "src:0:")
+    sink = TransactionalSink(Producer({"bootstrap.servers": bootstrap}), pipeline, ("out",), engine.ctx, "src:0:",
+                             stamp=True)
     sink.paused = True
     task = PartitionTask("src", 0, PartitionStore(MemoryKV()))
     task.sink = sink  # the partition's transactional sink, as the worker sets it
     msgs = [RawMessage("src", 0, i, b"k", orjson.dumps({"n": i, "fail": i == 11}), 1000 + i) for i in (10, 11, 12)]
     engine.process_messages(msgs, lambda t, p: task)
     sink.send("out", b"late", b"k", 1012)  # the sink's own path after record 12's two outputs
-    assert failed == [11] and sink.journal[-1][1] == b"late" and len(sink.journal) == 1
+    assert failed == [11] and sink.held[-1][1] == b"late"
     assert [dict(item[7])[ID_HEADER] for item in sink.held] == [
         b"src:0:10:0", b"src:0:10:1", b"src:0:12:0", b"src:0:12:1", b"src:0:12:2"]
     assert [item[6] for item in sink.held] == [1010, 5, 1012, 5, 1012]
@@ -175,7 +167,7 @@ def test_a_batch_gives_each_partitions_outputs_to_its_own_transaction(
     tasks = {}
     for partition in (0, 1):
         sink = TransactionalSink(Producer({"bootstrap.servers": bootstrap}), pipeline, (topic,), engine.ctx,
-                                 f"src:{partition}:")
+                                 f"src:{partition}:", stamp=True)
         sink.paused = partition == 1
         tasks[partition] = PartitionTask("src", partition, PartitionStore(MemoryKV()))
         tasks[partition].sink = sink

@@ -85,12 +85,11 @@ def test_staged_checkpoint_applies_or_discards(make_kv) -> None:
     store = PartitionStore(make_kv())
     store.state["n"] = 7
     changes = store.state_changes()
-    store.stage(99, changes)
-    staged = store.staged()
-    assert staged is not None and staged[0] == 99 and staged[1] == changes
+    store.stage(99, changes, "owner-1")
+    assert store.staged() == (99, changes, "owner-1")
     store.apply_staged(99, changes)
     assert store.staged() is None and store.stored_offset() == 99
-    store.stage(120, {b"snope": b"1"})
+    store.stage(120, {b"snope": b"1"}, "owner-2")
     store.discard_staged()
     assert store.staged() is None and store.stored_offset() == 99 and dict(store.state.items()) == {"n": 7}
 
@@ -98,29 +97,6 @@ def test_staged_checkpoint_applies_or_discards(make_kv) -> None:
 def test_change_encoding_round_trips() -> None:
     changes = {b"s\x00key": b"\x00\xff" * 10, b"sdel": None, b"": b""}
     assert decode_changes(encode_changes(2**40, changes)) == (2**40, changes)
-
-
-def test_a_checkpoint_without_input_is_staged_with_its_outputs_and_rolled_forward(make_kv) -> None:
-    """Its offset cannot tell whether its transaction committed: recovery applies it and keeps its outputs
-    pending until a later transaction (which carries them again) is applied."""
-    store = PartitionStore(make_kv())
-    store.apply_staged(50, {})
-    store.timers.add("w", 1_000)
-    assert store.dirty and not store.state.dirty  # a timer alone is progress
-    store.timers.pop_due(1_000)
-    store.state["w"] = None
-    outputs = [("sums", b'{"v": 3}', b"w", 1_000, [("stylus.id", b"in:0:T1000:w:0")]),
-               ("sums", None, None, -1, [])]
-    store.stage(50, store.state_changes(), outputs)
-    offset, changes, staged_outputs = store.staged() or (0, {}, None)
-    assert offset == 50 and staged_outputs == outputs
-    store.roll_forward(offset, changes, outputs)
-    assert store.staged() is None and store.pending_outputs() == outputs
-    assert dict(store.state.items()) == {"w": None} and len(PartitionStore(store.kv).timers) == 0
-    store.stage(51, {})  # the next transaction, which consumed input: no outputs staged
-    assert (store.staged() or (0, {}, []))[2] is None
-    store.apply_staged(51, {})
-    assert store.pending_outputs() == [] and store.staged() is None
 
 
 def test_scans_see_what_a_checkpoint_took_until_it_lands(make_kv) -> None:

@@ -107,9 +107,9 @@ def test_sigkill_with_open_windows_gives_each_final_result_once(
 def test_a_crash_in_a_checkpoint_of_timers_only_loses_no_window(
         bootstrap: str, pipeline_factory: PipelineFactory, tmp_path: Path) -> None:
     """Windows that close with no new input (every partition idle, the watermark jumps) are saved by a
-    transaction that consumed nothing: its input offset equals the last one, so the group's committed
-    offset cannot tell whether it won. A SIGKILL after staging it, with its results still in the producer,
-    must neither apply its state without its outputs nor fire the windows twice."""
+    transaction that consumed nothing: its input offset equals the last one, so only the checkpoint id
+    committed beside it tells whether it won. A SIGKILL after staging it, with its results still in the
+    producer, must neither apply its state without its outputs nor fire the windows twice."""
     path, pipeline = pipeline_factory({
         "kafka": {"producer": {"linger.ms": 5000}},  # results wait in the producer until the commit flushes
         "topics": {"events": {"partitions": 2}, "sums": {"partitions": 1}},
@@ -146,7 +146,7 @@ def test_a_crash_in_a_checkpoint_of_timers_only_loses_no_window(
                       timeout=120)
     log.write_text(log.read_text(errors="replace") + "--- restart\n" + done.stdout + done.stderr)
     assert done.returncode == 0, log.read_text()[-3000:]
-    assert "rolling the staged checkpoint" in log.read_text()
+    assert "discarding the staged checkpoint" in log.read_text()  # its transaction never committed
 
     results = [r for r in _final_results(bootstrap, sums, log) if r["start"] < base + 10_000_000 - 10_000]
     expected: dict[tuple[str, int], int] = defaultdict(int)

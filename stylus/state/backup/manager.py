@@ -257,7 +257,7 @@ class BackupManager:
         if engine.track_time:  # exactly-once output tells which timers the old owner fired, and when
             try:
                 fired = fired_timers(bootstrap, task.store, task.topic, task.partition)
-            except Exception as exc:  # then they fire again later; the transactional skip set still applies
+            except Exception as exc:  # then they fire again later (docs/backups.md, "Known limits")
                 log.warning("%s: cannot read the outputs of %s[%d] to find the timers already fired (%s)",
                             self.processor, task.topic, task.partition, exc)
         return replay_suppressed(task, engine, bootstrap, committed, fired=fired)

@@ -1,7 +1,8 @@
 """Which timers the old owner of a partition fired after its last backup, and after which input record.
 
-Exactly-once outputs carry a deterministic id (`stylus.id`, stylus/runtime/transactions.py):
-`<topic>:<partition>:<offset>:<i>` for the i-th output of an input record and
+Exactly-once outputs carry a deterministic id (`stylus.id`, stylus/runtime/transactions.py) where
+`semantics.output_ids` asks for it (`auto`: a processor with timers and a state backup, the case this module
+serves; `always`): `<topic>:<partition>:<offset>:<i>` for the i-th output of an input record and
 `<topic>:<partition>:T<ts>:<key>:<i>` for the i-th output of a timer. The outputs of one input partition
 appear in each output partition in the order they were made, so reading the output partitions from the
 marks saved with the backup tells which timers fired and, for each, the last input record whose output
@@ -77,8 +78,8 @@ def timeline(ids_per_partition: list[list[str]], prefix: str) -> list[FiredTimer
 
 def fired_timers(bootstrap: str, store: PartitionStore, topic: str, partition: int, *,
                  timeout: float = 30.0) -> list[FiredTimer]:
-    """The timers the partition's previous owners fired since the store's output marks (exactly-once
-    output only: other stores have no marks and their outputs no ids; then nothing is known)."""
+    """The timers the partition's previous owners fired since the store's output marks (only a store whose
+    exactly-once outputs carry ids keeps marks; for any other nothing is known)."""
     marks: dict[str, int] = store.meta(MARKS_META) or {}
     if not marks:
         return []

@@ -63,8 +63,9 @@ PipelineFactory = Callable[..., tuple[Path, Pipeline]]
 
 @pytest.fixture
 def pipeline_factory(tmp_path: Path, bootstrap: str) -> Iterator[PipelineFactory]:
-    """make_pipeline(doc) -> (path, Pipeline) with its topics created (unless `create=False`). Topic and pipeline names get a unique
-    suffix so tests never share Kafka state; every processor's state dir goes under tmp_path unless given."""
+    """make_pipeline(doc) -> (path, Pipeline) with its topics created (unless `create=False`). Topic and
+    pipeline names get a unique suffix so tests never share Kafka state; every processor's state dir goes
+    under tmp_path unless given."""
     made_topics: list[str] = []
 
     def make(doc: dict[str, Any], *, name: str = "p", create: bool = True) -> tuple[Path, Pipeline]:

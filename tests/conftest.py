@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ def broker() -> Iterator[EmbeddedBroker]:
     through fresh topic and group names. A test that stops, pauses or restarts a broker starts its own."""
     with EmbeddedBroker() as embedded:
         yield embedded
+        gc.collect()  # clients the tests left unreferenced close while the broker still answers them
 
 
 @pytest.fixture(scope="session")

@@ -102,7 +102,8 @@ class EmbeddedBroker:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         properties = self._write_config()
         if not (self.data_dir / "log" / "meta.properties").exists():
-            self._java("kafka.tools.StorageTool", "format", "-t", new_cluster_id(), "-c", str(properties))
+            self._java("kafka.tools.StorageTool", "format", f"--cluster-id={new_cluster_id()}",
+                       f"--config={properties}")
         with open(self.data_dir / "stdout.log", "ab") as out:
             self.process = subprocess.Popen(self._java_cmd("kafka.Kafka", str(properties)), stdout=out,
                                             stderr=subprocess.STDOUT, start_new_session=True)

@@ -9,18 +9,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from stylus.core.task import PartitionTask
 
 if TYPE_CHECKING:
-    from stylus.runtime.transactions import TxnSnapshot
+    from stylus.runtime.faults import FaultInjector
+    from stylus.runtime.sink import KafkaSink
+    from stylus.runtime.stats import Timing
+    from stylus.runtime.transactions import TransactionalPartition, TxnSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -105,18 +108,33 @@ def split_steps(steps: tuple[Step, ...]) -> tuple[tuple[Step, ...], tuple[Step, 
     return steps[:i], steps[i:j], steps[j:]
 
 
+@dataclass(frozen=True)
+class CheckpointScope:
+    """What a checkpoint works with: the processor's clients and bookkeeping (not the worker itself)."""
+
+    name: str
+    ordering: Ordering
+    consumer: Consumer
+    sink: KafkaSink
+    txns: Mapping[tuple[str, int], TransactionalPartition]
+    faults: FaultInjector
+    commit_timing: Timing
+    #: where each output partition ends now (exactly-once output with record ids: saved at T4), or None
+    output_marks: Callable[[], dict[str, int]] | None = None
+
+
 class PendingCheckpoint:
     """One checkpoint: a snapshot taken on the worker thread (offsets, state changes, held output), then
     the ordering's steps as pure I/O over that snapshot, which may run on a background thread while
     the worker goes on consuming and processing into held output (the paper's Figure 9)."""
 
-    def __init__(self, worker: Any, tasks: list[PartitionTask]) -> None:
-        self.worker = worker
+    def __init__(self, scope: CheckpointScope, tasks: list[PartitionTask], watermark: int) -> None:
+        self.scope = scope
         self.tasks = tasks
-        self.steps = worker.ordering.steps
+        self.steps = scope.ordering.steps
         self.prefix, self.middle, self.suffix = split_steps(self.steps)
         self.offsets = {task.key: task.next_offset for task in tasks}
-        self.watermark = worker.engine.watermark  # what the output saved by this checkpoint covers
+        self.watermark = watermark  # what the output saved by this checkpoint covers
         self.fenced: list[tuple[PartitionTask, Exception]] = []
         self.aborted: list[tuple[PartitionTask, Exception]] = []  # transactions that failed: replay them
         self._faults_lock = threading.Lock()
@@ -124,7 +142,7 @@ class PendingCheckpoint:
         self._gate_error: BaseException | None = None
         self.started = time.monotonic()
         self.overlapped = False  # the middle steps run on the checkpoint thread while the worker goes on
-        self.held = worker.sink.take_held()  # at-most-once output this checkpoint releases
+        self.held = scope.sink.take_held()  # at-most-once output this checkpoint releases
         self.writes: dict[Step, list[Callable[[], None]]] = {}
         for step in self.steps:
             if step in (Step.STATE, Step.OFFSETS, Step.STATE_AND_OFFSETS):
@@ -143,12 +161,12 @@ class PendingCheckpoint:
             if (offset := self.offsets[task.key]) is not None and offset != task.committed_offset
         ]
         self.txn_snapshots = (
-            [snap for task in tasks if (snap := worker.txns[task.key].snapshot()) is not None]
+            [snap for task in tasks if (snap := scope.txns[task.key].snapshot()) is not None]
             if Step.TRANSACTION in self.steps else []
         )
         self._commit_keys = {(tp.topic, tp.partition, tp.offset) for tp in self.commits}
         # taken here, on the worker thread: another thread's consumer calls wait behind `consume()`
-        self.group_metadata = worker.consumer.consumer_group_metadata() if self.txn_snapshots else None
+        self.group_metadata = scope.consumer.consumer_group_metadata() if self.txn_snapshots else None
 
     def run(self) -> None:
         """All the steps, in order, on this thread."""
@@ -175,7 +193,7 @@ class PendingCheckpoint:
             self._gate.set()
             return
         try:
-            self.worker.consumer.commit(offsets=self.commits, asynchronous=True)
+            self.scope.consumer.commit(offsets=self.commits, asynchronous=True)
         except KafkaException as exc:  # not even sent: decide now, as a synchronous commit would
             self._gate.set()
             self._commit_failed(exc)
@@ -223,7 +241,7 @@ class PendingCheckpoint:
             elif error is not None:
                 raise error
             for step in self.prefix:
-                self.worker.faults.passed(step.value)
+                self.scope.faults.passed(step.value)
         self._run(self.middle)
 
     def run_suffix(self) -> None:
@@ -233,11 +251,11 @@ class PendingCheckpoint:
     def _run(self, steps: tuple[Step, ...]) -> None:
         for step in steps:
             if step is Step.EMIT:
-                self.worker.sink.produce_all(self.held)
+                self.scope.sink.produce_all(self.held)
                 if self.overlapped:  # on the checkpoint thread: the worker serves the delivery reports
-                    self.worker.sink.await_delivery()
+                    self.scope.sink.await_delivery()
                 else:
-                    self.worker.sink.flush()
+                    self.scope.sink.flush()
             elif step is Step.TRANSACTION:
                 self._transactions()
             else:
@@ -245,7 +263,7 @@ class PendingCheckpoint:
                     write()
                 if step is not Step.STATE:
                     self._commit_kafka()
-            self.worker.faults.passed(step.value)
+            self.scope.faults.passed(step.value)
 
     def _commit_one(self, snap: TxnSnapshot) -> float:
         """T1-T3 of one partition; returns how long its commit took."""
@@ -262,13 +280,13 @@ class PendingCheckpoint:
     def _passed(self, point: str) -> None:
         """Fault points reached from the partitions' threads: counted one at a time."""
         with self._faults_lock:
-            self.worker.faults.passed(point)
+            self.scope.faults.passed(point)
 
     def _commit_kafka(self) -> None:
         if not self.commits:
             return
         try:
-            self.worker.consumer.commit(offsets=self.commits, asynchronous=False)
+            self.scope.consumer.commit(offsets=self.commits, asynchronous=False)
         except KafkaException as exc:
             self._commit_failed(exc)
 
@@ -280,10 +298,10 @@ class PendingCheckpoint:
         # A rebalance started between the state write and this commit (docs/faults.md). The offsets are
         # already in RocksDB; the Kafka commit only lags, so a new owner replays a little: harmless for
         # at-least-once output. Held (at-most-once) output must not go out on a failed commit: raise.
-        if code in _REBALANCING and not self.held and not self.worker.ordering.holds_output:
+        if code in _REBALANCING and not self.held and not self.scope.ordering.holds_output:
             log.warning(
                 "%s: offset commit skipped, the group is rebalancing (%s); the next owner may replay "
-                "records since the previous commit", self.worker.name, exc.args[0].str())
+                "records since the previous commit", self.scope.name, exc.args[0].str())
             return
         raise exc
 
@@ -292,7 +310,7 @@ class PendingCheckpoint:
         partitions run at the same time, one thread each: every partition has its own producer, and a
         commit is broker round trips (flush, EndTxn) whose waits would otherwise add up while the
         worker holds its output."""
-        from stylus.runtime.transactions import Aborted, Fenced, output_marks
+        from stylus.runtime.transactions import Aborted, Fenced
 
         snaps = self.txn_snapshots
         if len(snaps) > 1:
@@ -311,17 +329,16 @@ class PendingCheckpoint:
             elif exc is not None:
                 error = error or exc
             else:
-                self.worker.stats.commit.observe(took)
+                self.scope.commit_timing.observe(took)
                 committed.append(snap)
         if error is not None:  # after every partition's commit has finished: none is left running
             raise error
         if committed:
-            marks = (output_marks(self.worker.marks_client, self.worker.pipeline, self.worker.spec.outputs)
-                     if self.worker.marks_client is not None else None)
+            marks = self.scope.output_marks() if self.scope.output_marks is not None else None
             for snap in committed:
                 snap.txn.apply(snap, marks)
-                self.worker.faults.passed("txn.apply")
+                self.scope.faults.passed("txn.apply")
         for task in self.tasks:
-            txn = self.worker.txns.get(task.key)
+            txn = self.scope.txns.get(task.key)
             if txn is not None and all(task is not t for t, _ in self.fenced + self.aborted):
                 txn.begin()

@@ -167,13 +167,14 @@ class TxnSnapshot:
 class TransactionalPartition:
     """The transactional producer and checkpoint protocol of one input partition."""
 
-    def __init__(self, task: PartitionTask, pipeline: Pipeline, processor: str, bootstrap: str,
+    def __init__(self, topic: str, partition: int, pipeline: Pipeline, processor: str, bootstrap: str,
                  consumer: Consumer, ctx: EngineContext, instance: str, *, record_ids: bool = False) -> None:
-        self.task = task
+        """Fence (`fence`) before the partition's store is opened; `bind` its task before settling."""
+        self.task: PartitionTask
         self.pipeline = pipeline
         self.processor = processor
         self.consumer = consumer
-        self.transactional_id = f"{pipeline.group_id(processor)}.{task.topic}.{task.partition}"
+        self.transactional_id = f"{pipeline.group_id(processor)}.{topic}.{partition}"
         # a checkpoint id is this owner's token and a sequence number: unique across owners and restarts
         self._ids = f"{instance}-{uuid.uuid4().hex[:8]}-"
         self._sequence = 0
@@ -185,7 +186,7 @@ class TransactionalPartition:
         )
         self.producer = Producer(config | {"on_delivery": lambda err, msg: self.sink.on_delivery(err, msg)})
         spec = pipeline.processors[processor]
-        self.sink = TransactionalSink(self.producer, pipeline, spec.outputs, ctx, f"{task.topic}:{task.partition}:",
+        self.sink = TransactionalSink(self.producer, pipeline, spec.outputs, ctx, f"{topic}:{partition}:",
                                       message_max_bytes(config), stamp=record_ids)
         self.outputs = spec.outputs
         #: output marks (where each output partition's next records can start) saved at T4, only where the
@@ -197,6 +198,10 @@ class TransactionalPartition:
         self.abandoned = False  # given up after `Aborted`: the next producer of the id fences this one
 
     # ------------------------------------------------------------------ recovery
+    def bind(self, task: PartitionTask) -> None:
+        self.task = task
+        task.sink = self.sink
+
     def fence(self) -> None:
         """init_transactions: an older owner of this partition can no longer commit, and its open transaction
         is aborted (its records never become visible to read_committed readers)."""

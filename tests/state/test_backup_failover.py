@@ -19,8 +19,8 @@ from stylus.state.backup.repository import PartitionBackups
 from stylus.state.backup.target import target_for
 from tests.state.helpers import caught_up, read_state, wait_for
 from tests.support.cli import start_stylus
+from tests.support.hdfs import MiniHdfs
 from tests.support.kafka import produce, read_json
-from tests.webhdfs_server import WebHdfsServer
 
 PARTS = 4
 KEYS = [f"w{i}" for i in range(40)]
@@ -36,8 +36,8 @@ def batch(start: int, n: int) -> list[tuple[str, dict[str, int]]]:
 ], ids=["eo-state", "eo-state-eo-output"])
 def test_survivor_restores_from_backup_and_output_is_exact(
         semantics: dict[str, str], pipeline_factory: Any, bootstrap: str, tmp_path: Path,
-        webhdfs: WebHdfsServer) -> None:
-    uri = f"hdfs://127.0.0.1:{webhdfs.port}/backups"
+        mini_hdfs: MiniHdfs, hdfs_uri: str) -> None:
+    uri = hdfs_uri
     path_a, pipeline = pipeline_factory({
         "topics": {"words": {"partitions": PARTS}, "counts": {"partitions": PARTS}},
         "processors": {"counter": {
@@ -70,11 +70,13 @@ def test_survivor_restores_from_backup_and_output_is_exact(
         wait_for(lambda: sum(newest(r) for r in repos) == sent, 30, "backups of phase 1")
         backed = {r.partition: newest(r) for r in repos}
 
-        # phase 2 is processed and committed while the target refuses: the backups fall behind the group
-        webhdfs.refuse(503)
+        # phase 2 is processed and committed while the target refuses: the backups fall behind the group. The
+        # NameNode refuses every new file under the base path (a full namespace quota), as a real HDFS does
+        mini_hdfs.fill_quota(uri)
         sent += produce(bootstrap, words, batch(sent, 1500))
         wait_for(lambda: caught_up(bootstrap, group, words, PARTS), 60, "phase 2 to be committed")
-        time.sleep(1.0)  # a few failed backup rounds
+        wait_for(lambda: "NameSpace quota" in (tmp_path / "a.log").read_text(), 30,
+                 "the NameNode to refuse a's backups")
 
         # machine loss: SIGKILL a, delete its state; b must take over a's partitions from the backups
         owned_by_a = sorted(p.name for p in store_dir("a").iterdir() if (p / "CURRENT").exists())
@@ -82,7 +84,7 @@ def test_survivor_restores_from_backup_and_output_is_exact(
         a.wait(10)
         killed = time.monotonic()
         shutil.rmtree(tmp_path / "state-a")
-        webhdfs.heal()
+        mini_hdfs.clear_quota(uri)
         # the lost partitions' newest backups are still phase 1's (b's own may back up again once healed)
         lost = {int(name.rsplit("-", 1)[1]) for name in owned_by_a}
         assert {r.partition: newest(r) for r in repos if r.partition in lost} == {

@@ -1,5 +1,6 @@
 """Backups of one partition's RocksDB: incremental upload, retention, restore, corrupt backups skipped.
-Every test runs against file:// and against the WebHDFS server through the real `hdfs` client."""
+Every test runs against file:// and against a real HDFS (a MiniDFSCluster, `mini_hdfs`) through WebHDFS and the
+`hdfs` client, as in production."""
 
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from stylus.state.backup.repository import PartitionBackups
 from stylus.state.backup.target import BackupTarget, LocalTarget, target_for
 from stylus.state.kv import RocksKV
 from stylus.state.store import PartitionStore
-from tests.webhdfs_server import WebHdfsServer
 
 
 @pytest.fixture(params=["file", "hdfs"])
@@ -22,8 +22,8 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BackupTar
     if request.param == "file":
         yield target_for(f"file://{tmp_path / 'backups'}")
         return
-    with WebHdfsServer(tmp_path / "hdfs") as server:
-        yield target_for(f"hdfs://127.0.0.1:{server.port}/stylus", timeout=5)
+    # asked for here, not in the signature: the file:// cases do not start a cluster
+    yield target_for(request.getfixturevalue("hdfs_uri"), timeout=5)
 
 
 def write_and_checkpoint(store: PartitionStore, path: Path, items: dict[str, int], offset: int) -> Path:

@@ -26,8 +26,8 @@ from stylus.state.kv import RocksKV
 from stylus.state.store import PartitionStore
 from tests.state.helpers import caught_up, lagging, wait_for
 from tests.support.cli import start_stylus
+from tests.support.hdfs import MiniHdfs
 from tests.support.kafka import read_raw
-from tests.webhdfs_server import WebHdfsServer
 
 PARTS = 4
 BASE = 1_000_000  # event time of record 0 (ms); record i has ts BASE + 10 i, its timer fires at ts + 1000
@@ -53,8 +53,8 @@ def records(start: int, stop: int, partitions: list[int]) -> list[tuple[int, str
 
 
 def test_timer_outputs_are_exactly_once_after_machine_loss(pipeline_factory: Any, bootstrap: str, tmp_path: Path,
-                                                           webhdfs: WebHdfsServer) -> None:
-    uri = f"hdfs://127.0.0.1:{webhdfs.port}/backups"
+                                                           mini_hdfs: MiniHdfs, hdfs_uri: str) -> None:
+    uri = hdfs_uri
     path_a, pipeline = pipeline_factory({
         "topics": {"events": {"partitions": PARTS}, "alarms": {"partitions": 2}},
         "processors": {"alarm": {
@@ -91,9 +91,9 @@ def test_timer_outputs_are_exactly_once_after_machine_loss(pipeline_factory: Any
         wait_for(lambda: sum((m.offset or 0) if (m := r.newest()) else 0 for r in repos) == sent, 30,
                  "backups of phase 1")
 
-        # phase 2 while the target refuses: the old owner fires the timers of phase 1's tail and most of
-        # phase 2's, after its last backup
-        webhdfs.refuse(503)
+        # phase 2 while the target refuses (a full namespace quota: the NameNode refuses every new file): the old
+        # owner fires the timers of phase 1's tail and most of phase 2's, after its last backup
+        mini_hdfs.fill_quota(uri)
         sent += produce_to(bootstrap, events, records(800, 1400, everyone))
         wait_for(done, 60, "phase 2 to be committed", explain=lag)
         owned_by_a = sorted(int(p.name.rsplit("-", 1)[1]) for p in store_dir("a").iterdir()
@@ -102,7 +102,7 @@ def test_timer_outputs_are_exactly_once_after_machine_loss(pipeline_factory: Any
         a.send_signal(signal.SIGKILL)
         a.wait(10)
         shutil.rmtree(tmp_path / "state-a")
-        webhdfs.heal()
+        mini_hdfs.clear_quota(uri)
 
         # phase 3 only on the lost partitions: b takes them over, replays phase 2 and commits new input on
         # them, while its own partitions hold the watermark where it was (no timer is due)

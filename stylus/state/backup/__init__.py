@@ -1,7 +1,6 @@
 """RocksDB state backups to file:// or WebHDFS targets, restore, and replay with output suppressed."""
 
 from stylus.state.backup.manager import BackupManager
-from stylus.state.backup.replay import replay_suppressed
 from stylus.state.backup.repository import Manifest, PartitionBackups, UnusableBackup
 from stylus.state.backup.target import BackupTarget, BackupTargetError, LocalTarget, WebHdfsTarget, target_for
 
@@ -14,6 +13,5 @@ __all__ = [
     "PartitionBackups",
     "UnusableBackup",
     "WebHdfsTarget",
-    "replay_suppressed",
     "target_for",
 ]

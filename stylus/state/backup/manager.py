@@ -17,25 +17,36 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
-from confluent_kafka import Consumer
 from rocksdict import AccessType, Checkpoint, Options, Rdict
 
 from stylus.config.model import BackupSpec, Pipeline
-from stylus.core.engine import Engine
-from stylus.core.task import PartitionTask
-from stylus.state.backup.replay import group_committed, replay_suppressed
 from stylus.state.backup.repository import HashCache, Manifest, PartitionBackups
 from stylus.state.backup.target import BackupTarget, target_for
-from stylus.state.backup.timeline import FiredTimer, fired_timers
 from stylus.state.kv import RocksKV
 from stylus.state.store import PartitionStore
 
 log = logging.getLogger(__name__)
 
 OFFSET_KEY = next(iter(PartitionStore.offset_change(0)))  # where a store keeps its next input offset
+
+
+class StoreOwner(Protocol):
+    """A partition with its store (a worker's PartitionTask): what a backup round copies."""
+
+    @property
+    def key(self) -> tuple[str, int]: ...
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def store(self) -> Any: ...
 
 
 @dataclass
@@ -123,25 +134,20 @@ class BackupManager:
         return repo
 
     # ------------------------------------------------------------------ restore (worker thread)
-    def restore_if_newer(self, topic: str, partition: int, store_path: Path, consumer: Consumer | None = None
-                         ) -> bool:
+    def restore_if_newer(self, topic: str, partition: int, store_path: Path, committed: int | None) -> bool:
         """Before a store opens: replace missing or older local state by the newest usable backup.
 
-        With a consumer, the group's committed offset decides first: local state at or past it is current
-        (no backup can be newer), so a normal restart never waits on the target; and with no committed
-        offset at all the backups belong to an earlier life of the group and are left alone."""
+        The group's committed offset decides first: local state at or past it is current (no backup can be
+        newer), so a normal restart never waits on the target; and with no committed offset at all (None)
+        the backups belong to an earlier life of the group and are left alone."""
         local, pin = local_state(store_path)
         repo = self.partition(topic, partition)
         if pin is not None and local is not None and pin.get("offset") == local:
             log.info("%s: local state of %s was restored from backup %s by hand (offset %s); keeping it",
                      self.processor, repo.label, pin.get("id"), local)
             return False
-        if consumer is not None:
-            committed = group_committed(consumer, topic, partition)
-            if committed is None:
-                return False
-            if local is not None and local >= committed:
-                return False
+        if committed is None or (local is not None and local >= committed):
+            return False
         started = time.monotonic()
         try:
             newest = repo.newest()
@@ -171,7 +177,7 @@ class BackupManager:
         return True
 
     # ------------------------------------------------------------------ backup (worker thread)
-    def after_checkpoint(self, tasks: Iterable[PartitionTask]) -> bool:
+    def after_checkpoint(self, tasks: Iterable[StoreOwner]) -> bool:
         """Called right after a checkpoint; starts an upload round when one is due. True if started."""
         now = time.monotonic()
         if now < self.next_due:
@@ -241,23 +247,3 @@ class BackupManager:
             log.warning("%s: leaving an unfinished backup upload behind", self.processor)
             return
         shutil.rmtree(self.staging_root, ignore_errors=True)
-
-    # ------------------------------------------------------------------ catch-up (worker thread)
-    def catch_up(self, task: PartitionTask, engine: Engine, consumer: Consumer, bootstrap: str) -> int:
-        """After opening a partition: if the group committed past the local state (a restored backup, or
-        state left behind when the partition moved away), replay the gap with output suppressed."""
-        if task.store is None or task.next_offset is None or not isinstance(getattr(task.store, "kv", None), RocksKV):
-            return 0
-        if task.store.meta(PIN_META) is not None:  # honoured once: from now on the state moves on
-            task.store.set_meta(PIN_META, None)
-        committed = group_committed(consumer, task.topic, task.partition)
-        if committed is None or committed <= task.next_offset:
-            return 0
-        fired: list[FiredTimer] = []
-        if engine.track_time:  # exactly-once output tells which timers the old owner fired, and when
-            try:
-                fired = fired_timers(bootstrap, task.store, task.topic, task.partition)
-            except Exception as exc:  # then they fire again later (docs/backups.md, "Known limits")
-                log.warning("%s: cannot read the outputs of %s[%d] to find the timers already fired (%s)",
-                            self.processor, task.topic, task.partition, exc)
-        return replay_suppressed(task, engine, bootstrap, committed, fired=fired)

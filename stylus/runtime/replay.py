@@ -23,7 +23,7 @@ from stylus.core.task import NO_TIME, PartitionTask
 from stylus.eventtime.clock import META_KEY, clock_of
 from stylus.kafka.offsets import end_offsets
 from stylus.kafka.reader import read_range
-from stylus.state.backup.timeline import FiredTimer
+from stylus.runtime.timeline import FiredTimer
 
 log = logging.getLogger(__name__)
 

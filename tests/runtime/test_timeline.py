@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stylus.state.backup.timeline import NEVER, FiredTimer, parse_id, timeline
+from stylus.runtime.timeline import NEVER, FiredTimer, parse_id, timeline
 
 P = "in:3:"
 

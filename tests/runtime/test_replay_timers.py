@@ -13,8 +13,8 @@ from stylus.core.engine import Engine, RaiseFailures
 from stylus.core.message import RawMessage
 from stylus.core.sink import CollectingSink
 from stylus.core.task import PartitionTask
-from stylus.state.backup.replay import _END, TimerReplay
-from stylus.state.backup.timeline import FiredTimer
+from stylus.runtime.replay import _END, TimerReplay
+from stylus.runtime.timeline import FiredTimer
 from stylus.state.kv import MemoryKV
 from stylus.state.store import PartitionStore
 

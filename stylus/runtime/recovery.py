@@ -1,0 +1,138 @@
+"""Opening an assigned partition: its state, its transaction, and the offset it resumes from.
+
+The numbered contract (docs/semantics.md, "Recovery"), per assigned partition:
+  R1. exactly-once output: `init_transactions` fences the previous owner (its open transaction, and the
+      offsets commit pending in it, are aborted); then the group's committed offset C is read (None: the
+      group never committed this partition).
+  R2. state: remote monoid state opens its own offsets table; local state is restored from the newest
+      backup when the local copy is missing or older than C (docs/backups.md).
+  R3. exactly-once output: a staged checkpoint is applied if C carries its checkpoint id, discarded
+      otherwise.
+  R4. local state behind C (a backup, or state left behind when the partition moved away) is caught up by
+      replaying the input up to C with output suppressed; local state that is *missing* while C exists
+      is rebuilt the same way from the input's first offset when the input still holds offset 0, and
+      the partition is refused (RecoveryRefused) when retention has deleted records the state needs.
+  R5. the partition resumes at C (or per auto.offset.reset when the group has none).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from stylus.config.model import Pipeline
+from stylus.core.engine import Engine
+from stylus.core.task import PartitionTask
+from stylus.kafka.offsets import end_offsets
+from stylus.monoid.backend import PostgresBackend
+from stylus.runtime.replay import replay_suppressed
+from stylus.runtime.timeline import FiredTimer, fired_timers
+from stylus.runtime.transactions import TXN_TIMEOUT, TransactionalPartition
+from stylus.state.backup import BackupManager
+from stylus.state.backup.manager import PIN_META
+from stylus.state.kv import RocksKV
+from stylus.state.store import PartitionStore
+
+log = logging.getLogger(__name__)
+
+
+class RecoveryRefused(RuntimeError):
+    """A partition's state cannot be made exact: the worker stops rather than run it on wrong state."""
+
+
+def group_committed(consumer: Consumer, topic: str, partition: int, timeout: float = TXN_TIMEOUT) -> int | None:
+    committed = consumer.committed([TopicPartition(topic, partition)], timeout=timeout)[0].offset
+    return committed if committed >= 0 else None
+
+
+@dataclass(frozen=True)
+class Opened:
+    task: PartitionTask
+    txn: TransactionalPartition | None
+    committed: int | None  # the group's committed offset when it was opened
+
+
+class PartitionOpener:
+    """R1-R5 for one processor's partitions, on the worker thread inside the assignment callback."""
+
+    def __init__(self, pipeline: Pipeline, name: str, bootstrap: str, consumer: Consumer, engine: Engine,
+                 instance: str, *, transactional: bool, record_ids: bool, backups: BackupManager | None,
+                 remote_state: PostgresBackend | None) -> None:
+        self.pipeline = pipeline
+        self.name = name
+        self.spec = pipeline.processors[name]
+        self.bootstrap = bootstrap
+        self.consumer = consumer
+        self.engine = engine
+        self.instance = instance
+        self.transactional = transactional
+        self.record_ids = record_ids
+        self.backups = backups
+        self.remote_state = remote_state
+
+    def store_path(self, topic: str, partition: int) -> Path:
+        return Path(self.spec.state.dir) / self.pipeline.pipeline / self.name / f"{topic}-{partition}"
+
+    def open(self, topic: str, partition: int) -> Opened:
+        """R1-R2: every assigned partition is opened (and fenced) before any is settled."""
+        txn = None
+        if self.transactional:  # first: the previous owner's pending offsets commit is aborted, so R1 can read
+            txn = TransactionalPartition(topic, partition, self.pipeline, self.name, self.bootstrap, self.consumer,
+                                         self.engine.ctx, self.instance, record_ids=self.record_ids)
+            txn.fence()
+        committed = group_committed(self.consumer, topic, partition)
+        store = None
+        if self.remote_state is not None:
+            store = self.remote_state.open(topic, partition)
+        elif self.spec.stateful or self.transactional:  # exactly-once stages its checkpoints there
+            path = self.store_path(topic, partition)
+            if self.backups is not None:
+                self.backups.restore_if_newer(topic, partition, path, committed)
+            store = PartitionStore(RocksKV(path), cache_entries=self.spec.state.cache_entries)
+        task = PartitionTask(topic, partition, store)
+        if txn is not None:
+            txn.bind(task)
+        return Opened(task, txn, committed)
+
+    def prepare(self, opened: Opened) -> None:
+        """R3-R5."""
+        task, txn = opened.task, opened.txn
+        committed = txn.settle() if txn is not None else opened.committed
+        if txn is not None and task.store is not None:  # settling may have applied a staged checkpoint
+            task.next_offset = task.committed_offset = task.store.stored_offset()
+        if self.spec.stateful and isinstance(task.store, PartitionStore) and isinstance(task.store.kv, RocksKV):
+            self._catch_up(task, committed)
+        if committed is not None:
+            task.next_offset = task.committed_offset = committed
+
+    def _catch_up(self, task: PartitionTask, committed: int | None) -> None:
+        store = task.store
+        assert isinstance(store, PartitionStore)
+        if store.meta(PIN_META) is not None:  # a state chosen by hand (`stylus backup restore`): honoured once
+            store.set_meta(PIN_META, None)
+        if committed is None or (task.next_offset is not None and committed <= task.next_offset):
+            return
+        key = (task.topic, task.partition)
+        if task.next_offset is None:  # no state at all, though the group has moved on: rebuild it
+            low = end_offsets(self.bootstrap, [key])[key][0]
+            if low > 0:
+                raise RecoveryRefused(
+                    f"{self.name}: {task.topic}[{task.partition}] has committed offset {committed} but no local "
+                    f"state and no usable backup{'' if self.backups else ' (no state.backup configured)'}, and "
+                    f"the input no longer holds offsets 0..{low - 1} (retention) to rebuild it from: configure "
+                    "`state.backup` or restore the state directory; starting it empty would be wrong")
+            log.warning("%s: %s[%d] has no local state and no backup, but the group committed offset %d: "
+                        "rebuilding its state from the input's start with output suppressed", self.name,
+                        task.topic, task.partition, committed)
+            task.next_offset = 0
+        fired: list[FiredTimer] = []
+        if self.engine.track_time:  # outputs with record ids tell which timers the old owner fired, and when
+            try:
+                fired = fired_timers(self.bootstrap, store, task.topic, task.partition)
+            except Exception as exc:  # then they fire again later (docs/backups.md, "Known limits")
+                log.warning("%s: cannot read the outputs of %s[%d] to find the timers already fired (%s)",
+                            self.name, task.topic, task.partition, exc)
+        replay_suppressed(task, self.engine, self.bootstrap, committed, fired=fired)

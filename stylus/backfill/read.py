@@ -81,7 +81,9 @@ class KafkaRange:
                     good = [m for m in good if m.offset() < end]
                     if not good:
                         return
-                position = good[-1].offset() + 1
+                # max: an end of partition in the same list (above) already moved past a commit marker that ends
+                # the range; going back to the record before it would wait for a record that never comes
+                position = max(position, good[-1].offset() + 1)
                 yield good
         finally:
             self.close()

@@ -53,3 +53,33 @@ def test_an_open_range_reads_ahead_a_bounded_number_of_records(
     assert read == RECORDS
     ahead = max(stats)
     assert 20_000 <= ahead < 50_000, f"{ahead} of {RECORDS} records fetched ahead (reports: {stats[:25]})"
+
+
+def test_a_range_that_ends_on_a_commit_marker_ends(bootstrap: str, topic_factory: Callable[..., str]) -> None:
+    """A transaction committed last leaves its marker at the partition's last offset: a read_committed range up to
+    the end holds no record there, and the end of partition comes in the same `consume` list as the last records.
+    The range once went back from the end to the offset after its last record and waited for it (30 s, then
+    TimeoutError); every partition an exactly-once processor writes ends like this."""
+    topic = topic_factory("marker")
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-txn"})
+    producer.init_transactions()
+    producer.begin_transaction()
+    for i in range(50):
+        producer.produce(topic, b"v", str(i).encode())
+    producer.commit_transaction()
+    end = 51  # 50 records and the commit marker
+    for _ in range(20):  # the coordinator writes the marker after the commit returns
+        if _high(bootstrap, topic) == end:
+            break
+        time.sleep(0.1)
+    started = time.monotonic()
+    offsets = [m.offset() for batch in KafkaRange(bootstrap, topic, 0, 0, end, timeout=5).batches() for m in batch]
+    assert offsets == list(range(50)) and time.monotonic() - started < 3
+
+
+def _high(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "high"})
+    try:
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
+    finally:
+        consumer.close()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from stylus.kafka.settings import connect
 
@@ -54,3 +55,22 @@ def topic_partitions(bootstrap: str, topics: Iterable[str], timeout: float = 10.
         if topic in meta:
             out.extend((topic, p) for p in sorted(meta[topic].partitions))
     return out
+
+
+#: Answers of a group coordinator that is moving or still loading its offsets: the same call succeeds soon.
+_COORDINATOR_MOVING = frozenset({KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                 KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT_QUEUE})
+
+
+def committed_offsets(consumer: Consumer, partitions: list[TopicPartition],
+                      timeout: float = 30.0) -> list[TopicPartition]:
+    """The group's committed offsets (with their metadata), asked again while the group's coordinator moves
+    or loads (a broker restart, a fresh offsets topic) until `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.committed(partitions, timeout=max(1.0, deadline - time.monotonic()))
+        except KafkaException as exc:
+            if exc.args[0].code() not in _COORDINATOR_MOVING or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)

@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, TopicPartition
 from stylus.config.model import Pipeline
 from stylus.core.engine import Engine
 from stylus.core.task import PartitionTask
-from stylus.kafka.offsets import end_offsets
+from stylus.kafka.offsets import committed_offsets, end_offsets
 from stylus.monoid.backend import PostgresBackend
 from stylus.runtime.replay import replay_suppressed
 from stylus.runtime.timeline import FiredTimer, fired_timers
@@ -44,7 +44,7 @@ class RecoveryRefused(RuntimeError):
 
 
 def group_committed(consumer: Consumer, topic: str, partition: int, timeout: float = TXN_TIMEOUT) -> int | None:
-    committed = consumer.committed([TopicPartition(topic, partition)], timeout=timeout)[0].offset
+    committed = committed_offsets(consumer, [TopicPartition(topic, partition)], timeout)[0].offset
     return committed if committed >= 0 else None
 
 

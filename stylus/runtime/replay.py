@@ -16,8 +16,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
-
 from stylus.core.engine import Engine
 from stylus.core.task import NO_TIME, PartitionTask
 from stylus.eventtime.clock import META_KEY, clock_of
@@ -39,11 +37,6 @@ def _discard(topic: str, key: str | None, value: Any, timestamp: int, headers: M
 def _quiet_failure(msg: Any, exc: BaseException, stage: str, task: PartitionTask) -> None:
     """During replay a failing record failed before too; its dead letter is already written."""
     log.debug("replay: %s failed again at %s[%s]@%s: %s", stage, msg.topic(), msg.partition(), msg.offset(), exc)
-
-
-def group_committed(consumer: Consumer, topic: str, partition: int, timeout: float = 30.0) -> int | None:
-    committed = consumer.committed([TopicPartition(topic, partition)], timeout=timeout)[0].offset
-    return committed if committed >= 0 else None
 
 
 def replay_suppressed(task: PartitionTask, engine: Engine, bootstrap: str, until: int, *,

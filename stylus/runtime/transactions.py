@@ -29,6 +29,7 @@ from stylus.config.model import Pipeline
 from stylus.core.engine import EngineContext
 from stylus.core.sink import DEFAULT_MESSAGE_MAX_BYTES, DirectOutput
 from stylus.core.task import PartitionTask
+from stylus.kafka.offsets import committed_offsets
 from stylus.kafka.producer import close_producer
 from stylus.kafka.settings import client_config
 from stylus.runtime.bounded import CallStuck, call_with_deadline
@@ -212,7 +213,7 @@ class TransactionalPartition:
         first transaction. Returns the offset to resume from (None: the group has none; start per
         auto.offset.reset)."""
         tp = TopicPartition(self.task.topic, self.task.partition)
-        committed_tp = self.consumer.committed([tp], timeout=TXN_TIMEOUT)[0]
+        committed_tp = committed_offsets(self.consumer, [tp], TXN_TIMEOUT)[0]
         committed = committed_tp.offset if committed_tp.offset >= 0 else None
         store = self.task.store
         if store is not None:

@@ -84,7 +84,7 @@ class Worker:
         self.stats = WorkerStats()  # timings read by stylus.monitoring at scrape time
         self.finished = False
         self._idle_since: float | None = None
-        consumer_config = client_config("consumer", bootstrap, pipeline, name)
+        consumer_config = client_config("consumer", bootstrap, pipeline, name, self._consumer_defaults())
         self.batches = BatchSizer.for_consumer(spec.batch_size, consumer_config)  # fewer when records are big
 
         producer_config = client_config(
@@ -111,7 +111,7 @@ class Worker:
         self.marks_client = marks_client(bootstrap, pipeline, name) if record_ids else None
         self.checkpointer: Checkpointer
         self.consumer = Consumer(
-            client_config("consumer", bootstrap, pipeline, name,
+            client_config("consumer", bootstrap, pipeline, name, self._consumer_defaults(),
                           **{"group.id": self.group_id, "client.id": f"{self.group_id}-{instance}"})
             | {"error_cb": self._on_client_error, "on_commit": lambda err, tps: self.checkpointer.on_commit(err, tps)}
         )
@@ -131,6 +131,13 @@ class Worker:
         self.assignment = Assignment(name, self.consumer, opener, self.checkpointer, self.tasks, self.txns,
                                      cooperative="cooperative" in str(consumer_config.get(
                                          "partition.assignment.strategy", "")))
+
+    def _consumer_defaults(self) -> dict[str, str]:
+        """Exactly-once output rebalances eagerly unless the YAML says otherwise: every partition is revoked,
+        and its transaction committed, before the member rejoins, while its group generation is still the
+        current one. In a cooperative rebalance the revocation comes after the generation moved on, so the
+        offsets of the transactions in flight are refused (ILLEGAL_GENERATION) and their work is replayed."""
+        return {"partition.assignment.strategy": "roundrobin"} if self.ordering.transactional else {}
 
     # ---------------------------------------------------------------- lifecycle
     def run(self) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from stylus.kafka.offsets import end_offsets
+from stylus.kafka.offsets import committed_offsets, end_offsets
 from stylus.state.kv import RocksKV
 from stylus.state.store import PartitionStore
 
@@ -19,7 +19,7 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                          "client.id": f"probe-{uuid.uuid4().hex[:6]}"})
     try:
-        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        tps = committed_offsets(consumer, [TopicPartition(topic, p) for p in range(partitions)], 10)
         return {tp.partition: tp.offset for tp in tps}
     finally:
         consumer.close()
@@ -59,3 +59,17 @@ def read_state(store_dir: Path) -> dict[str, Any]:
         finally:
             store.close()
     return merged
+
+
+def held_partitions(log_text: str, topic: str) -> list[int]:
+    """The partitions of `topic` a worker holds at the end of its log: its `assigned` lines less its
+    `revoking` ones, in order (a state directory cannot tell: a partition that moved away leaves its folder)."""
+    held: set[int] = set()
+    for line in log_text.splitlines():
+        for verb, change in ((": assigned ", held.add), (": revoking ", held.discard)):
+            if verb in line:
+                for part in line.split(verb, 1)[1].split(", "):
+                    name = part.split("@", 1)[0].strip()
+                    if name.startswith(f"{topic}[") and name.endswith("]"):
+                        change(int(name[len(topic) + 1:-1]))
+    return sorted(held)

@@ -17,7 +17,7 @@ import yaml
 from stylus.kafka.admin import create_topics, pipeline_topics
 from stylus.state.backup.repository import PartitionBackups
 from stylus.state.backup.target import target_for
-from tests.state.helpers import caught_up, read_state, wait_for
+from tests.state.helpers import caught_up, held_partitions, read_state, wait_for
 from tests.support.cli import start_stylus
 from tests.support.hdfs import MiniHdfs
 from tests.support.kafka import produce, read_json
@@ -79,7 +79,8 @@ def test_survivor_restores_from_backup_and_output_is_exact(
                  "the NameNode to refuse a's backups")
 
         # machine loss: SIGKILL a, delete its state; b must take over a's partitions from the backups
-        owned_by_a = sorted(p.name for p in store_dir("a").iterdir() if (p / "CURRENT").exists())
+        owned_by_a = [f"{words}-{p}" for p in held_partitions((tmp_path / "a.log").read_text(), words)]
+        assert owned_by_a, "a holds no partition to lose"
         a.send_signal(signal.SIGKILL)
         a.wait(10)
         killed = time.monotonic()
@@ -103,9 +104,11 @@ def test_survivor_restores_from_backup_and_output_is_exact(
 
     log_b = (tmp_path / "b.log").read_text()
     for name in owned_by_a:
+        # b restores the lost partition from its backup, unless b's own copy (from when the group gave b the
+        # partition before) is as new; either way it replays up to the group's offset with output suppressed
         topic_part = f"{words}[{name.rsplit('-', 1)[1]}]"
-        assert f"restored {topic_part} to offset {backed[int(name.rsplit('-', 1)[1])]}" in log_b, log_b[-3000:]
-        assert f"{topic_part}: replayed offsets {backed[int(name.rsplit('-', 1)[1])]}.." in log_b, log_b[-3000:]
+        assert f"{topic_part}: replayed offsets " in log_b, log_b[-3000:]
+    assert any(f"restored {words}[" in line for line in log_b.splitlines()), log_b[-3000:]
 
     expected = collections.Counter(KEYS[i % len(KEYS)] for i in range(sent))
     assert read_state(store_dir("b")) == dict(expected)

@@ -19,32 +19,20 @@ page faults, and its peak RSS. `--source archive`: the backfill (and each slot) 
 Parquet archive of the topic (100,000-record files, as the archiver writes by default) instead of Kafka; the
 stream still replays them from Kafka. `--source both`: after each stream, one session from each, in alternating
 order (slots alternate too), so both are compared with the same stream.
-
-`--reader client|kafka-source|both`: who reads the Kafka ranges, each task with confluent-kafka (`client`, the
-default) or Spark's own Kafka source (`kafka-source`, stylus/backfill/source.py); `both`: after each stream, one
-session of each, in alternating order. Every backfill also reports records/s per core (records over the CPU
-seconds of the backfill's process tree, and with the broker's CPU of that backfill added) and peak memory: the
-process tree's RSS sampled every 20 ms (its peak), and the sum of each process's own peak RSS over the backfill
-(VmHWM, reset when it starts; an upper bound: the peaks need not coincide), with the JVM's and the Python
-workers' shares. `--no-stream` leaves out the streaming replays (ratios are then not printed).
-
-    SPARK_LOCAL_IP=127.0.0.1 .venv/bin/python -m bench.backfill --records 1000000 --rounds 3 --reader both
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import resource
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -61,7 +49,6 @@ from stylus.backfill.outputs import OutputTarget  # noqa: E402
 from stylus.backfill.plan import Plan, Unit  # noqa: E402
 from stylus.backfill.read import read_unit  # noqa: E402
 from stylus.backfill.session import spark_session  # noqa: E402
-from stylus.backfill.source import Reader  # noqa: E402
 from stylus.backfill.task import JobSpec, assign_slots, run_slot  # noqa: E402
 from stylus.config import load_pipeline  # noqa: E402
 from stylus.kafka.admin import create_topics  # noqa: E402
@@ -125,14 +112,12 @@ def archive_input(bootstrap: str, tmp: Path, root: str, per_file: int = 100_000)
             write_segment(root, unit.topic, unit.partition, rows[first:first + per_file])
 
 
-def bench_backfill(spark: Any, path: Path, bootstrap: str, archive: str | None = None,
-                   reader: Reader = "client") -> tuple[float, float, int]:
+def bench_backfill(spark: Any, path: Path, bootstrap: str, archive: str | None = None) -> tuple[float, float, int]:
     """(end to end incl. planning and the final flush, first to last record processed by any task, records)."""
     pipeline = load_pipeline(path)
     started = time.monotonic()
     plan = input_plan(path, bootstrap, archive)
-    result = run_plan(spark, pipeline, "count", plan, OutputTarget(kind="outputs"), reader=reader)
-    assert {task["reader"] for task in result.tasks} == {reader}
+    result = run_plan(spark, pipeline, "count", plan, OutputTarget(kind="outputs"))
     return time.monotonic() - started, result.processing_seconds, result.records
 
 
@@ -205,10 +190,6 @@ def bench_ingest(spark: Any, plan: Plan) -> dict[str, float]:
     return out
 
 
-def _versus(stream: float, seconds: float) -> str:
-    return f" ({stream / seconds:.2f}x streaming)" if stream else ""
-
-
 def _load() -> str:
     """The 1-minute load average: these 2 cores are shared, so every figure carries it."""
     return f"{os.getloadavg()[0]:.1f}"
@@ -238,110 +219,20 @@ def proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def tree_pids(pid: int) -> list[int]:
-    """`pid` and all its descendants."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            children.setdefault(parent, []).append(int(entry))
-    out, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        out.append(current)
-        todo.extend(children.get(current, []))
-    return out
-
-
-def _status_kb(pid: int, field: str) -> int:
-    try:
-        return int(Path(f"/proc/{pid}/status").read_text().split(f"{field}:")[1].split()[0])
-    except (OSError, IndexError):
-        return 0  # gone, or a kernel thread
-
-
-def _kind(pid: int) -> str:
-    """jvm | worker (PySpark's daemon and the Python workers it forks) | driver (this process) | other."""
-    if pid == os.getpid():
-        return "driver"
-    try:
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return "other"
-    return "jvm" if b"java" in cmd.split(b"\0")[0] else "worker" if b"python" in cmd else "other"
-
-
-class TreeMemory:
-    """Peak memory of this process tree over a backfill: the tree's RSS sampled every `interval` s (its peak),
-    and each process's own peak RSS (VmHWM, reset through /proc/PID/clear_refs when the backfill starts;
-    a worker forked during the backfill starts its peak then). The sampling thread reads /proc only, in the
-    driver, which waits on the JVM meanwhile; it finds the tree's processes again every 25 samples, and its own
-    CPU (`cpu`) is left out of the backfill's."""
-
-    PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
-
-    def __init__(self, interval: float = 0.02) -> None:
-        self.interval, self.peak_kb, self.cpu = interval, 0, 0.0
-        self.stop = threading.Event()
-        for pid in tree_pids(os.getpid()):
-            with contextlib.suppress(OSError):  # a process that has just ended
-                Path(f"/proc/{pid}/clear_refs").write_text("5")
-        self.thread = threading.Thread(target=self._sample, daemon=True)
-        self.thread.start()
-
-    def _sample(self) -> None:
-        pids: list[int] = []
-        samples = 0
-        while not self.stop.is_set():
-            if samples % 25 == 0:
-                pids = tree_pids(os.getpid())
-            samples += 1
-            total = 0
-            for pid in pids:
-                with contextlib.suppress(OSError, IndexError, ValueError):
-                    total += int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * self.PAGE_KB
-            self.peak_kb = max(self.peak_kb, total)
-            self.stop.wait(self.interval)
-        self.cpu = time.thread_time()
-
-    def finish(self) -> dict[str, float]:
-        """MB: `tree_peak` (sampled), `sum_of_peaks`, and the per-kind sums of peaks and largest peak."""
-        self.stop.set()
-        self.thread.join()
-        out: dict[str, float] = {"tree_peak": self.peak_kb / 1024, "sum_of_peaks": 0.0}
-        for pid in tree_pids(os.getpid()):
-            kb = _status_kb(pid, "VmHWM") / 1024
-            kind = _kind(pid)
-            out["sum_of_peaks"] += kb
-            out[kind] = out.get(kind, 0.0) + kb
-            out[f"max_{kind}"] = max(out.get(f"max_{kind}", 0.0), kb)
-        return out
-
-
 def child(args: argparse.Namespace) -> None:
     """One fresh session (a new JVM and Python daemon, as a `stylus backfill` gets): the first backfill of
     the session (cold: Python workers start inside it), then the same again on warm workers. Session
     start-up (the JVM) is timed but not counted. Prints one JSON line."""
     tmp, out = Path(args.tmp), dict[str, Any]()
     started = time.monotonic()
-    conf = dict(item.split("=", 1) for item in args.spark_conf)
-    spark = spark_session(args.master, f"bench-{args.tag}", conf=conf, preload=["tests.apps.counting"])
+    spark = spark_session(args.master, f"bench-{args.tag}", preload=["tests.apps.counting"])
     out["session"] = time.monotonic() - started
     for run in (1, 2):
         path = pipeline_file(tmp, f"{args.tag}-{run}")
         cpu = tree_cpu(os.getpid())
-        broker_cpu = proc_cpu(args.broker_pid) if args.broker_pid else 0.0
-        memory = TreeMemory()
-        seconds, active, records = bench_backfill(spark, path, args.child, args.archive, args.reader)
+        seconds, active, records = bench_backfill(spark, path, args.child, args.archive)
         assert records == args.records, (records, args.records)
-        cpu = tree_cpu(os.getpid()) - cpu
-        peaks = memory.finish()
-        out[f"run{run}"] = {"e2e": seconds, "active": active, "cpu": cpu - memory.cpu, "load": _load(),
-                            "sampler_cpu": memory.cpu, "memory": peaks,
-                            "broker_cpu": proc_cpu(args.broker_pid) - broker_cpu if args.broker_pid else 0.0}
+        out[f"run{run}"] = {"e2e": seconds, "active": active, "cpu": tree_cpu(os.getpid()) - cpu, "load": _load()}
     spark.stop()
     print("RESULT " + json.dumps(out), flush=True)
 
@@ -410,12 +301,9 @@ def child_result(*args: str) -> dict[str, Any]:
     return result
 
 
-def run_child(bootstrap: str, tmp: Path, tag: str, master: str, n: int, archive: str | None = None,
-              reader: Reader = "client", broker_pid: int = 0, spark_conf: tuple[str, ...] = ()) -> dict[str, Any]:
+def run_child(bootstrap: str, tmp: Path, tag: str, master: str, n: int, archive: str | None = None) -> dict[str, Any]:
     return child_result("--child", bootstrap, "--tmp", str(tmp), "--tag", tag, "--master", master, "--records", str(n),
-                        "--reader", reader, "--broker-pid", str(broker_pid),
-                        *(("--archive", archive) if archive else ()),
-                        *(arg for item in spark_conf for arg in ("--spark-conf", item)))
+                        *(("--archive", archive) if archive else ()))
 
 
 def extras(bootstrap: str, tmp: Path, n: int, path: Path) -> None:
@@ -437,12 +325,6 @@ def main() -> None:
     parser.add_argument("--source", choices=("kafka", "archive", "both"), default="kafka",
                         help="where the backfill reads the records (the stream always reads Kafka); both: a session "
                              "of each after every stream, in alternating order")
-    parser.add_argument("--reader", choices=("client", "kafka-source", "both"), default="client",
-                        help="who reads the Kafka ranges; both: a session of each after every stream, alternating")
-    parser.add_argument("--no-stream", action="store_true", help="no streaming replays (no ratios)")
-    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
-                        help="a setting for the backfill sessions (repeatable)")
-    parser.add_argument("--broker-pid", type=int, default=0, help=argparse.SUPPRESS)  # internal: its CPU per run
     parser.add_argument("--archive", help=argparse.SUPPRESS)  # internal: the children's archive root
     parser.add_argument("--slot", type=int, default=0, help="instead: one task's work N times, fresh processes")
     parser.add_argument("--slot-child", help=argparse.SUPPRESS)  # internal: one slot against this bootstrap
@@ -469,15 +351,8 @@ def main() -> None:
         produce(bootstrap, n)
         print(f"produced {n} records in {time.monotonic() - started:.1f}s", flush=True)
         archive = str(tmp / "archive")
-        if args.reader != "client" and args.source != "kafka":
-            raise SystemExit("--reader kafka-source|both reads Kafka only: use it with --source kafka")
         archives = {source: (archive if source == "archive" else None)
                     for source in (("kafka", "archive") if args.source == "both" else (args.source,))}
-        # what each session of a round runs: label -> (archive root or None, reader)
-        variants: dict[str, tuple[str | None, Reader]] = (
-            {"client": (None, "client"), "kafka-source": (None, "kafka-source")} if args.reader == "both"
-            else {source if args.reader == "client" else args.reader: (root, cast("Reader", args.reader))
-                  for source, root in archives.items()})
         if "archive" in archives:
             started = time.monotonic()
             archive_input(bootstrap, tmp, archive)
@@ -486,60 +361,34 @@ def main() -> None:
             bench_slots(bootstrap, tmp, args.slot, archives)
             return
         rows: list[dict[str, float]] = []
-        runs: dict[str, list[dict[str, Any]]] = {label: [] for label in variants}
         for r in range(1, args.rounds + 1):  # interleaved: the neighbours' load hits both sides alike
-            row = {"stream": 0.0}
-            if not args.no_stream:
-                cpu, broker_cpu = time.process_time(), proc_cpu(broker.process.pid)
-                stream_s = row["stream"] = bench_stream(pipeline_file(tmp, f"stream{r}"), bootstrap, n)
-                print(f"round {r} streaming replay (1 worker), first to last record: {stream_s:.2f}s = "
-                      f"{n / stream_s:,.0f} records/s, CPU {time.process_time() - cpu:.1f}s "
-                      f"(+ broker {proc_cpu(broker.process.pid) - broker_cpu:.1f}s) [load {_load()}]", flush=True)
-            order = list(variants.items())
-            for label, (source_archive, reader) in order if r % 2 else order[::-1]:
-                res = run_child(bootstrap, tmp, f"r{r}{label}", "local[2]", n, source_archive, reader,
-                                broker.process.pid, tuple(args.spark_conf))
-                for run, what in ((1, "first backfill of the session (cold)"), (2, "same again (warm workers)")):
+            cpu, broker_cpu = time.process_time(), proc_cpu(broker.process.pid)
+            stream_s = bench_stream(pipeline_file(tmp, f"stream{r}"), bootstrap, n)
+            print(f"round {r} streaming replay (1 worker), first to last record: {stream_s:.2f}s = "
+                  f"{n / stream_s:,.0f} records/s, CPU {time.process_time() - cpu:.1f}s "
+                  f"(+ broker {proc_cpu(broker.process.pid) - broker_cpu:.1f}s) [load {_load()}]", flush=True)
+            row = {"stream": stream_s}
+            order = list(archives.items())
+            for source, source_archive in order if r % 2 else order[::-1]:
+                broker_cpu = proc_cpu(broker.process.pid)
+                res = run_child(bootstrap, tmp, f"r{r}{source}", "local[2]", n, source_archive)
+                broker_cpu = proc_cpu(broker.process.pid) - broker_cpu
+                for run, label in ((1, "first backfill of the session (cold)"), (2, "same again (warm workers)")):
                     x = res[f"run{run}"]
-                    runs[label].append({**x, "run": run})
-                    row[f"{label} e2e{run}"], row[f"{label} active{run}"] = x["e2e"], x["active"]
-                    mem = x["memory"]
-                    print(f"round {r} backfill local[2] {label}, {what}: end to end {x['e2e']:.2f}s = "
-                          f"{n / x['e2e']:,.0f} records/s{_versus(row['stream'], x['e2e'])}; first to last record "
-                          f"{x['active']:.2f}s{_versus(row['stream'], x['active'])}; CPU {x['cpu']:.2f}s = "
-                          f"{n / x['cpu']:,.0f} records/s per core (with the broker's {x['broker_cpu']:.2f}s: "
-                          f"{n / (x['cpu'] + x['broker_cpu']):,.0f}); peak RSS of the tree {mem['tree_peak']:.0f} MB, "
-                          f"sum of per-process peaks {mem['sum_of_peaks']:.0f} MB (JVM {mem.get('jvm', 0):.0f}, "
-                          f"Python daemon and workers {mem.get('worker', 0):.0f}, the largest of them "
-                          f"{mem.get('max_worker', 0):.0f}, driver {mem.get('driver', 0):.0f}) "
+                    row[f"{source} e2e{run}"], row[f"{source} active{run}"] = x["e2e"], x["active"]
+                    print(f"round {r} backfill local[2] from {source}, {label}: end to end {x['e2e']:.2f}s = "
+                          f"{n / x['e2e']:,.0f} records/s ({stream_s / x['e2e']:.2f}x streaming); first to last "
+                          f"record {x['active']:.2f}s ({stream_s / x['active']:.2f}x); CPU {x['cpu']:.1f}s "
                           f"[load {x['load']}]", flush=True)
-                print(f"round {r} (session start, not counted: {res['session']:.1f}s)", flush=True)
+                print(f"round {r} (session start, not counted: {res['session']:.1f}s; broker CPU over both "
+                      f"backfills {broker_cpu:.1f}s)", flush=True)
             rows.append(row)
-        for label, measured in runs.items():
-            for run, what in ((1, "cold"), (2, "warm")):
-                picked = [x for x in measured if x["run"] == run]
-                for key, unit, value in (
-                        ("per_core", "records/s per core", lambda x: n / x["cpu"]),
-                        ("per_core_broker", "records/s per core, broker included",
-                         lambda x: n / (x["cpu"] + x["broker_cpu"])),
-                        ("e2e", "records/s end to end", lambda x: n / x["e2e"]),
-                        ("tree_peak", "MB peak RSS of the tree", lambda x: x["memory"]["tree_peak"]),
-                        ("sum_of_peaks", "MB sum of per-process peaks", lambda x: x["memory"]["sum_of_peaks"]),
-                        ("jvm", "MB the JVM's peak", lambda x: x["memory"].get("jvm", 0.0)),
-                        ("worker", "MB the Python daemon's and workers' peaks",
-                         lambda x: x["memory"].get("worker", 0.0)),
-                        ("max_worker", "MB the largest Python process's peak",
-                         lambda x: x["memory"].get("max_worker", 0.0))):
-                    values = sorted(value(x) for x in picked)
-                    print(f"{label} {what} {unit}: median {values[len(values) // 2]:,.0f} "
-                          f"(range {values[0]:,.0f}-{values[-1]:,.0f}) [{key}]")
-        if not args.no_stream:
-            for label in variants:
-                for key, what in (("e2e1", "cold end to end"), ("e2e2", "warm end to end"),
-                                  ("active1", "cold first to last"), ("active2", "warm first to last")):
-                    ratios = sorted(row["stream"] / row[f"{label} {key}"] for row in rows)
-                    print(f"{label}, {what}: {' '.join(f'{x:.2f}x' for x in ratios)} "
-                          f"(median {ratios[len(ratios) // 2]:.2f}x)")
+        for source in archives:
+            for key, label in (("e2e1", "cold end to end"), ("e2e2", "warm end to end"),
+                               ("active1", "cold first to last"), ("active2", "warm first to last")):
+                ratios = sorted(row["stream"] / row[f"{source} {key}"] for row in rows)
+                print(f"from {source}, {label}: {' '.join(f'{x:.2f}x' for x in ratios)} "
+                      f"(median {ratios[len(ratios) // 2]:.2f}x)")
         if args.extras:
             extras(bootstrap, tmp, n, pipeline_file(tmp, "ingest"))
 

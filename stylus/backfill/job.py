@@ -6,9 +6,7 @@ so records never become Spark rows (measured faster than a Python data source: B
 Records mode is a plain RDD job (`parallelize(range(k), k).mapPartitions`) returning row tuples: the first
 DataFrame job of a session cost ~2 s more on the JVM. Monoid processors run per chunk through
 `mapInArrow`, and their per-chunk states are merged by key with the processor's `combine` after a
-shuffle (the reduceByKey path). `reader="kafka-source"` reads the ranges with Spark's own Kafka source instead
-(a DataFrame job, `stylus.backfill.source`): measured slower per core and larger, so not the default
-(docs/backfill.md, "Readers").
+shuffle (the reduceByKey path).
 """
 
 from __future__ import annotations
@@ -23,18 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from pydantic import TypeAdapter
 
 from stylus.api import Processor, import_processor_class
 from stylus.backfill.bounds import Bound
 from stylus.backfill.outputs import OutputTarget
 from stylus.backfill.plan import DEFAULT_CHUNK, Plan, Source, plan_ranges
 from stylus.backfill.progress import SparkProgress
-from stylus.backfill.source import Reader, run_empty_units, source_frame
 from stylus.backfill.task import RESULT_SCHEMA, JobSpec, assign_slots, combine_states, run_slots_rows, run_units
 from stylus.config.model import Pipeline, TopicSpec
 
-READERS: TypeAdapter[Reader] = TypeAdapter(Reader)
 RESULT_DDL = "kind string, topic string, partition int, key binary, value binary, timestamp bigint, n bigint"
 assert RESULT_SCHEMA.names == [c.split()[0] for c in RESULT_DDL.split(", ")]
 
@@ -103,11 +98,8 @@ def plan_for(pipeline: Pipeline, name: str, bootstrap: str, start: Bound, stop: 
 
 
 def run_plan(spark: Any, pipeline: Pipeline, name: str, plan: Plan, output: OutputTarget | None = None, *,
-             return_state: bool = False, progress: bool = False, reader: Reader = "client") -> BackfillResult:
-    """Run `name` over the planned units. Returns counts, and the state per input partition when asked.
-    `reader`: who reads the Kafka ranges, each task with confluent-kafka (`client`) or Spark's Kafka source
-    (`kafka-source`, `stylus.backfill.source`); the same engine runs the records either way."""
-    reader = READERS.validate_python(reader)
+             return_state: bool = False, progress: bool = False) -> BackfillResult:
+    """Run `name` over the planned units. Returns counts, and the state per input partition when asked."""
     output = output or OutputTarget()
     spec = pipeline.processors[name]
     mode = processing_mode(import_processor_class(spec.class_), pipeline, name)
@@ -127,9 +119,7 @@ def run_plan(spark: Any, pipeline: Pipeline, name: str, plan: Plan, output: Outp
     slots = assign_slots([sum(c.size for c in u.chunks) for u in plan.units],
                          int(spark.sparkContext.defaultParallelism))
     with SparkProgress(spark, f"backfill {name}", enabled=progress):
-        if reader == "kafka-source":
-            cols = _run_kafka_source(spark, plan, job, mode)
-        elif mode == "monoid":
+        if mode == "monoid":
             width = max(1, min(n, int(spark.conf.get("spark.sql.shuffle.partitions"))))
             frame = (spark.range(0, len(slots), 1, len(slots))
                      .mapInArrow(functools.partial(run_units, job_json, units_json, slots), RESULT_DDL)
@@ -145,28 +135,6 @@ def run_plan(spark: Any, pipeline: Pipeline, name: str, plan: Plan, output: Outp
     result.seconds = time.monotonic() - started
     _gather(result, cols, pipeline, want_state=return_state)
     return result
-
-
-def _run_kafka_source(spark: Any, plan: Plan, job: JobSpec, mode: str) -> dict[str, list[Any]]:
-    """The units' result columns with Spark's Kafka source reading the ranges: a DataFrame job (the source is
-    one), then the monoid reduce as above; units with no visible record are run on the driver."""
-    frame = source_frame(spark, plan, job.model_dump_json(), RESULT_DDL)
-    cols: dict[str, list[Any]] = {col: [] for col in RESULT_SCHEMA.names}
-    if frame is not None:
-        if mode == "monoid":
-            width = max(1, min(len(plan.units), int(spark.conf.get("spark.sql.shuffle.partitions"))))
-            frame = (frame.repartition(width, "topic", "partition", "key")
-                     .sortWithinPartitions("topic", "partition", "key", "n")
-                     .mapInArrow(functools.partial(combine_states, job.model_dump_json()), RESULT_DDL))
-        cols = frame.toArrow().to_pydict()
-    done = Counter(n for kind, n in zip(cols["kind"], cols["n"], strict=True) if kind == "done")
-    twice = sorted(n for n, k in done.items() if k > 1)
-    if twice:  # one Spark partition per range is what keeps a partition's records in one engine, in order
-        raise RuntimeError(f"Spark's Kafka source split the ranges of units {twice} over several tasks")
-    for row in run_empty_units(job, plan, set(done)):
-        for name, value in zip(RESULT_SCHEMA.names, row, strict=True):
-            cols[name].append(value)
-    return cols
 
 
 def _gather(result: BackfillResult, cols: dict[str, list[Any]], pipeline: Pipeline, *, want_state: bool) -> None:

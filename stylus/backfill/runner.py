@@ -10,7 +10,6 @@ from stylus.backfill.job import BackfillResult, plan_for, run_plan
 from stylus.backfill.outputs import OutputTarget
 from stylus.backfill.plan import DEFAULT_CHUNK, Source
 from stylus.backfill.seed import seed_monoid_table, seed_state
-from stylus.backfill.source import Reader
 from stylus.config.model import Pipeline
 
 ARCHIVER_CLASS = "processors.archiver:Archiver"
@@ -39,15 +38,14 @@ def parse_output(value: str | None, *, collect: bool = False) -> OutputTarget:
 
 def backfill(spark: Any, pipeline: Pipeline, name: str, bootstrap: str, start: Bound, stop: Bound, *,
              output: OutputTarget | None = None, source: Source = "kafka", archive_root: str | None = None,
-             seed: bool = False, chunk_size: int = DEFAULT_CHUNK, progress: bool = False,
-             reader: Reader = "client") -> BackfillResult:
+             seed: bool = False, chunk_size: int = DEFAULT_CHUNK, progress: bool = False) -> BackfillResult:
     if name not in pipeline.processors:
         raise ValueError(f"no processor `{name}`; the pipeline has {sorted(pipeline.processors)}")
     if seed and not pipeline.processors[name].stateful:
         raise ValueError(f"--seed-state: processor `{name}` is stateless, it has no state to seed")
     root = archive_root or (archive_root_for(pipeline, name) if source != "kafka" else None)
     plan = plan_for(pipeline, name, bootstrap, start, stop, source=source, archive_root=root, chunk_size=chunk_size)
-    result = run_plan(spark, pipeline, name, plan, output, return_state=seed, progress=progress, reader=reader)
+    result = run_plan(spark, pipeline, name, plan, output, return_state=seed, progress=progress)
     if seed:
         if pipeline.processors[name].state.backend == "postgres":
             seed_monoid_table(pipeline, name, result.states, result.next_offsets)

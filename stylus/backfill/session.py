@@ -1,5 +1,4 @@
-"""The Spark session backfill runs on: `local[*]` unless a master URL is given, with Spark's own Kafka source
-(`.jars/spark/`, from `jvm/spark/pom.xml`) on its classpath through `spark.jars` when it is installed."""
+"""The Spark session backfill runs on: `local[*]` unless a master URL is given."""
 
 from __future__ import annotations
 
@@ -18,9 +17,6 @@ DRIVER_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
 #: (0.08-0.24 s with C1 only) and 1.3-1.5 s per monoid backfill, whose shuffle does run on the JVM (0.6 s
 #: with C1 only, and faster end to end). Measured: BENCHMARKS.md, issue 6.
 LOCAL_JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
-#: The jars of Spark's Kafka source (`run_plan(reader="kafka-source")`), resolved by `make install` into `.jars/spark/`
-SPARK_JARS = "spark.jars"
-KAFKA_SOURCE_JARS = "spark"
 
 
 def spark_session(master: str | None = None, app: str = "stylus-backfill", *,
@@ -56,30 +52,12 @@ def spark_session(master: str | None = None, app: str = "stylus-backfill", *,
 
 def session_settings(master: str | None, conf: dict[str, str] | None) -> dict[str, str]:
     """`conf`, plus C1-only compilation for a local master's JVM (prepended to any default Java options
-    given: HotSpot takes the last of repeated flags, so the user's own still win), plus the Kafka source's jars
-    (`kafka_source_jars`) after any `spark.jars` given. The jars are handed over when the session starts (the JVM
-    and its executors load them from local files): nothing is downloaded at run time."""
+    given: HotSpot takes the last of repeated flags, so the user's own still win)."""
     settings = dict(conf or {})
-    jars = kafka_source_jars()
-    if jars:  # a user's own jars stay, ours come after them
-        given = settings.get(SPARK_JARS)
-        settings[SPARK_JARS] = ",".join([given, *jars] if given else jars)
     if master is None or master.startswith("local"):
         given = settings.get(DRIVER_JAVA_OPTIONS)
         settings[DRIVER_JAVA_OPTIONS] = f"{LOCAL_JIT_OPTIONS} {given}" if given else LOCAL_JIT_OPTIONS
     return settings
-
-
-def kafka_source_jars() -> list[str]:
-    """The installed jars of Spark's Kafka source (none when `make install` has not resolved them: the client
-    reader needs none, and the `kafka-source` reader says what is missing: `stylus.backfill.source`)."""
-    from stylus.kafka.jars import JarsMissing, jar_dir
-
-    try:
-        folder = jar_dir(KAFKA_SOURCE_JARS)
-    except JarsMissing:
-        return []
-    return [str(path) for path in sorted(folder.glob("*.jar"))]
 
 
 def _python() -> str:

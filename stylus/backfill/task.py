@@ -9,7 +9,7 @@ import heapq
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from itertools import islice
 from typing import Any, Literal
 
@@ -40,9 +40,6 @@ RESULT_SCHEMA = pa.schema([
 ])
 ROWS_PER_BATCH = 20_000
 READ_BATCH = 10_000  # records per engine call when no timers depend on the batch size
-#: Where a unit's records come from when the task does not read them itself: given the largest list the engine
-#: should get, the unit's records in offset order, in lists of at most that many (stylus.backfill.source).
-RecordSource = Callable[[int], Iterator[list[Any]]]
 
 
 class JobSpec(BaseModel):
@@ -77,18 +74,13 @@ class UnitRun:
     """Runs one unit; `rows()` yields the result batches (outputs to collect, state, a summary)."""
 
     def __init__(self, job: JobSpec, unit: Unit, opened: KafkaRange | None = None,
-                 previous: TaskOutput | None = None, records: RecordSource | None = None,
-                 reader: str = "client") -> None:
+                 previous: TaskOutput | None = None) -> None:
         for path in job.sys_path:
             if path not in sys.path:
                 sys.path.append(path)
         self.job = job
         self.unit = unit
         self.opened = opened  # the first chunk's reader, opened ahead by the task (see run_units)
-        # the unit's records in offset order, in lists of at most the size given; None: the task reads them
-        # itself (`read_unit_batches`); Spark's Kafka source hands them over instead (stylus.backfill.source)
-        self.records = records
-        self.reader = reader  # reported in the summary: which reader's records the engine ran
         self.pipeline = job.load_pipeline()
         self.spec = self.pipeline.processors[job.processor]
         cls = import_processor_class(self.spec.class_)
@@ -128,9 +120,7 @@ class UnitRun:
             # timers fire after each batch of `batch_size` records, as the stream's consume loop does;
             # without timers the batch size is only overhead, so read in bigger lists
             size = self.spec.batch_size if engine.track_time else max(self.spec.batch_size, READ_BATCH)
-            batches = self.records(size) if self.records is not None else read_unit_batches(
-                unit, job.bootstrap, job.archive_root, size, self.opened)
-            for batch in batches:
+            for batch in read_unit_batches(unit, job.bootstrap, job.archive_root, size, self.opened):
                 if self.first is None:
                     self.first = time.time()
                 self.read += engine.process_messages(batch, self._task_for)  # control records not counted
@@ -179,12 +169,12 @@ class UnitRun:
                     if self.job.mode == "monoid" and not raw_key.startswith(b"s"):
                         continue  # offsets come from the plan; the reduce only merges user state
                     yield ("state", task.topic, task.partition, raw_key, raw_value, 0, order)
-        summary = {"read": self.read, "outputs": dict(counts), "next_offset": unit.next_offset, "reader": self.reader,
+        summary = {"read": self.read, "outputs": dict(counts), "next_offset": unit.next_offset,
                    "started": self.started, "first": self.first, "last": self.last, "closed": self.closed}
         yield ("done", unit.topic, unit.partition, None, orjson.dumps(summary), 0, unit.index)
 
 
-def rows_batches(rows: Iterator[tuple[Any, ...]]) -> Iterator[pa.RecordBatch]:
+def _rows_batches(rows: Iterator[tuple[Any, ...]]) -> Iterator[pa.RecordBatch]:
     names = RESULT_SCHEMA.names
     for chunk in _batched(rows, ROWS_PER_BATCH):
         columns = list(zip(*chunk, strict=True))
@@ -222,7 +212,7 @@ def run_units(job_json: str, units_json: list[str], slots: list[list[int]],
     job = JobSpec.model_validate_json(job_json)
     for batch in batches:
         for slot in batch.column(0).to_pylist():
-            yield from rows_batches(run_slot(job, units_json, slots[slot]))
+            yield from _rows_batches(run_slot(job, units_json, slots[slot]))
 
 
 def run_slots_rows(job_json: str, units_json: list[str], slots: list[list[int]],
@@ -281,4 +271,4 @@ def combine_states(job_json: str, batches: Iterator[pa.RecordBatch]) -> Iterator
         if current is not None:
             yield ("state", current[0], current[1], current[2], orjson.dumps(value), 0, 0)
 
-    yield from rows_batches(rows())
+    yield from _rows_batches(rows())

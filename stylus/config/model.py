@@ -52,8 +52,8 @@ class Semantics(Frozen):
     output: Mode = "at_least_once"
     # exactly-once output: whether outputs carry the `stylus.id` header (MillWheel record ids, for consumers
     # that deduplicate; exactly-once itself rests on the transaction alone). `always`: every output; `auto`:
-    # only a processor with timers and a state backup, whose restore places the fired timers by them
-    # (stylus/state/backup/timeline.py); `never`: none (docs/semantics.md, "Record ids").
+    # a processor with timers, whose restored or rebuilt state places the fired timers by them
+    # (stylus/runtime/timeline.py); `never`: none (docs/semantics.md, "Record ids").
     output_ids: Literal["auto", "always", "never"] = "auto"
 
     @model_validator(mode="after")

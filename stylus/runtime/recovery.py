@@ -30,7 +30,7 @@ from stylus.kafka.offsets import committed_offsets, end_offsets
 from stylus.monoid.backend import PostgresBackend
 from stylus.runtime.replay import replay_suppressed
 from stylus.runtime.timeline import FiredTimer, fired_timers
-from stylus.runtime.transactions import TXN_TIMEOUT, TransactionalPartition
+from stylus.runtime.transactions import MARKS_META, TXN_TIMEOUT, TransactionalPartition
 from stylus.state.backup import BackupManager
 from stylus.state.backup.manager import PIN_META
 from stylus.state.kv import RocksKV
@@ -128,6 +128,10 @@ class PartitionOpener:
                         "rebuilding its state from the input's start with output suppressed", self.name,
                         task.topic, task.partition, committed)
             task.next_offset = 0
+            if self.record_ids:  # the timers its old owners fired are found among all of the outputs
+                outputs = [(t, p) for t in self.spec.outputs for p in range(self.pipeline.topics[t].partitions)]
+                starts = {f"{t}:{p}": low for (t, p), (low, _) in end_offsets(self.bootstrap, outputs).items()}
+                store.kv.write(PartitionStore.meta_change(MARKS_META, starts))
         fired: list[FiredTimer] = []
         if self.engine.track_time:  # outputs with record ids tell which timers the old owner fired, and when
             try:

@@ -1,14 +1,16 @@
-"""Which timers the old owner of a partition fired after its last backup, and after which input record.
+"""Which timers the old owner of a partition fired after its state's last save that survived (a backup, or
+nothing: a rebuild from the input's start), and after which input record.
 
 Exactly-once outputs carry a deterministic id (`stylus.id`, stylus/runtime/transactions.py) where
-`semantics.output_ids` asks for it (`auto`: a processor with timers and a state backup, the case this module
-serves; `always`): `<topic>:<partition>:<offset>:<i>` for the i-th output of an input record and
+`semantics.output_ids` asks for it (`auto`: a processor with timers, the case this module serves; `always`):
+`<topic>:<partition>:<offset>:<i>` for the i-th output of an input record and
 `<topic>:<partition>:T<ts>:<key>:<i>` for the i-th output of a timer. The outputs of one input partition
 appear in each output partition in the order they were made, so reading the output partitions from the
-marks saved with the backup tells which timers fired and, for each, the last input record whose output
-came before it: the timer fired after that record. The catch-up replay (replay.py) fires those timers at
-those points with output suppressed, so they leave the state as the old owner left it and never fire
-again. Timers whose `on_timer` emitted nothing leave no trace; they fire again later (see docs/backups.md).
+marks saved with the state (the output partitions' starts for a rebuild) tells which timers fired and, for
+each, the last input record whose output came before it: the timer fired after that record. The catch-up
+replay (replay.py) fires those timers at those points with output suppressed, so they leave the state as the
+old owner left it and never fire again. Timers whose `on_timer` emitted nothing leave no trace; they fire
+again later (see docs/backups.md).
 """
 
 from __future__ import annotations

@@ -139,16 +139,16 @@ class TransactionalSink(KafkaSink):
 
 def record_ids_wanted(pipeline: Pipeline, processor: str, *, timers: bool) -> bool:
     """Whether outputs carry `stylus.id` (`semantics.output_ids`): `always`, for consumers that deduplicate
-    by it; `auto` where a restore from a state backup places the timers the old owner fired between the input
-    records by these ids (stylus/state/backup/timeline.py); `never` otherwise."""
+    by it; `auto` for a processor with timers, whose state rebuilt or restored elsewhere (a backup, or the
+    input replayed from its start) must not fire again the timers its old owner fired: recovery finds them,
+    and after which input record, by these ids (stylus/runtime/timeline.py); `never` otherwise."""
     spec = pipeline.processors[processor]
     mode = spec.semantics.output_ids
-    placed_by_ids = timers and spec.state.backup is not None
-    if mode == "never" and placed_by_ids:
-        log.warning("%s: output_ids: never with timers and a state backup: a restore from the backup cannot tell "
-                    "where the old owner fired its timers, so their state changes may be applied at the wrong "
-                    "point; use `auto`", processor)
-    return mode == "always" or (mode == "auto" and placed_by_ids)
+    if mode == "never" and timers:
+        log.warning("%s: output_ids: never with timers: a partition whose state is restored from a backup or "
+                    "rebuilt from its input cannot tell which timers its old owner fired, so they may fire again; "
+                    "use `auto`", processor)
+    return mode == "always" or (mode == "auto" and timers)
 
 
 def _repaired_headers(headers: Any) -> list[tuple[str, Any]]:

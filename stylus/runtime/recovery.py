@@ -12,7 +12,9 @@ The numbered contract (docs/semantics.md, "Recovery"), per assigned partition:
       replaying the input up to C with output suppressed; local state that is *missing* while C exists
       is rebuilt the same way from the input's first offset when the input still holds offset 0, and
       the partition is refused (RecoveryRefused) when retention has deleted records the state needs.
-  R5. the partition resumes at C (or per auto.offset.reset when the group has none).
+  R5. exactly-once output resumes at C. Otherwise the partition resumes at its local state's offset (which a
+      checkpoint saves before it commits C, so it may be ahead of C), or at C when there is no local state
+      (the consumer's stored position), or per auto.offset.reset when the group has none.
 """
 
 from __future__ import annotations
@@ -105,7 +107,7 @@ class PartitionOpener:
             task.next_offset = task.committed_offset = task.store.stored_offset()
         if self.spec.stateful and isinstance(task.store, PartitionStore) and isinstance(task.store.kv, RocksKV):
             self._catch_up(task, committed)
-        if committed is not None:
+        if txn is not None and committed is not None:  # the transaction moved C; nothing local is ahead of it
             task.next_offset = task.committed_offset = committed
 
     def _catch_up(self, task: PartitionTask, committed: int | None) -> None:

@@ -13,6 +13,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from stylus.archive import read_segment_batches
 from stylus.backfill.plan import Chunk, Unit
 from stylus.kafka.batching import BatchSizer
+from stylus.kafka.reader import RecordsDeleted
 from stylus.kafka.settings import connect
 
 #: How far a range reads ahead: until ~20,000 records wait, 1 MB per fetch. A task keeps two ranges open (the
@@ -44,6 +45,7 @@ class KafkaRange:
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "isolation.level": "read_committed",
+                "auto.offset.reset": "error",  # records retention deleted since the plan: fail, never skip them
                 "fetch.wait.max.ms": 10,
                 "fetch.queue.backoff.ms": 10,
                 **PREFETCH,
@@ -71,6 +73,13 @@ class KafkaRange:
                 deadline = time.monotonic() + self.timeout
                 sizer.observe(msgs)
                 good = [m for m in msgs if m.error() is None]
+                if len(good) < len(msgs):
+                    deleted = next((m for m in msgs if m.error() is not None
+                                    and m.error().code() == KafkaError._AUTO_OFFSET_RESET), None)
+                    if deleted is not None:
+                        raise RecordsDeleted(f"{self.topic}[{self.partition}] no longer holds offset {position}: "
+                                             f"retention deleted it since the backfill was planned "
+                                             f"({deleted.error().str()}); plan it again")
                 if len(good) < len(msgs) and any(
                         m.error().code() == KafkaError._PARTITION_EOF and m.offset() >= end
                         for m in msgs if m.error() is not None):

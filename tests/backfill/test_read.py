@@ -7,9 +7,12 @@ import os
 import time
 from collections.abc import Callable
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from stylus.backfill.read import KafkaRange
+from stylus.kafka.reader import RecordsDeleted
+from tests.support.kafka import topic_with_deleted_records
 
 RECORDS = 100_000
 
@@ -83,3 +86,12 @@ def _high(bootstrap: str, topic: str) -> int:
         return int(consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
     finally:
         consumer.close()
+
+
+def test_a_range_whose_records_retention_deleted_since_the_plan_fails_clearly(bootstrap: str) -> None:
+    topic = topic_with_deleted_records(bootstrap)
+    started = time.monotonic()
+    with pytest.raises(RecordsDeleted, match=rf"{topic}\[0\] no longer holds offset 0: retention deleted it"):
+        for _ in KafkaRange(bootstrap, topic, 0, 0, 2000).batches():
+            pass
+    assert time.monotonic() - started < 20  # an answer, not a stall until the range's 30 s timeout

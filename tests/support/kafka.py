@@ -79,3 +79,22 @@ def offset_holes(bootstrap: str, topic: str, timeout: float = 30.0) -> dict[int,
         if found:
             holes[p] = found
     return holes
+
+
+def topic_with_deleted_records(bootstrap: str, records: int = 2000) -> str:
+    """A one-partition topic whose first records retention has already deleted (its log start is past 0).
+    Record times a minute apart every 100 records put each hundred in a segment of its own, all long past the
+    topic's `retention.ms` but the active one; Kafka's cleaner (every second on the embedded broker) deletes them."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"deleted-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"segment.ms": "60000", "retention.ms": "60000"})])[
+        topic].result(30)
+    produce(bootstrap, topic, [(None, {"i": i}) for i in range(records)],
+            timestamps=[1_700_000_000_000 + (i // 100) * 60_000 for i in range(records)])
+    deadline = time.monotonic() + 60
+    while end_offsets(bootstrap, [(topic, 0)])[(topic, 0)][0] == 0:
+        assert time.monotonic() < deadline, "retention deleted nothing within 60 s"
+        time.sleep(0.2)
+    return topic

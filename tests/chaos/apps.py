@@ -1,0 +1,97 @@
+"""Processors of the chaos tests. Every output names what it came from, so a reader of the output topic can
+check a semantics pair's promise record by record (`src`: input topic:partition:offset) or window by window.
+
+Records are {"k": key, "ts": event time (ms), "amount": int, "i": sequence number} unless said otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from stylus import Context, Processor, Record
+from stylus.monoid import CountMonoid
+
+WINDOW_MS = 10_000
+
+
+def src_of(record: Record) -> str:
+    return f"{record.topic}:{record.partition}:{record.offset}"
+
+
+class KeyCounter(Processor):
+    """Counts records per key; emits the running count and the input it came from."""
+
+    def process(self, record: Record, ctx: Context) -> None:
+        key = str(record.key)
+        count = (ctx.state.get(key) or 0) + 1
+        ctx.state[key] = count
+        ctx.emit({"key": key, "count": count, "src": src_of(record)}, key=key)
+
+
+class TimerWindowSum(Processor):
+    """A per-key tumbling sum of `amount` written with timers (config `window_ms`, 10 s by default): the
+    record adds to state entry `<key>|<window start>` and sets a timer at the window's end; `on_timer` emits
+    {"key", "start", "sum", "n"} and deletes the entry. Late records are the framework's business
+    (`event_time.late`)."""
+
+    def setup(self, ctx: Context) -> None:
+        self.window_ms = int(self.config.get("window_ms", WINDOW_MS))
+
+    def process(self, record: Record, ctx: Context) -> None:
+        value = record.value
+        ts = int(value["ts"])
+        start = ts - ts % self.window_ms
+        entry = f"{value['k']}|{start}"
+        acc = ctx.state.get(entry)
+        if acc is None:
+            ctx.state[entry] = [int(value["amount"]), 1]
+            ctx.set_timer(entry, start + self.window_ms)
+        else:
+            ctx.state[entry] = [acc[0] + int(value["amount"]), acc[1] + 1]
+
+    def on_timer(self, key: str, timestamp: int, ctx: Context) -> None:
+        acc = ctx.state.get(key)
+        if acc is None:  # nothing to report (cannot happen unless state and timers disagree)
+            ctx.emit({"key": key.rsplit("|", 1)[0], "start": timestamp - self.window_ms, "sum": None, "n": 0,
+                      "orphan": True}, key=key.rsplit("|", 1)[0], timestamp=timestamp - 1)
+            return
+        name, start = key.rsplit("|", 1)
+        ctx.emit({"key": name, "start": int(start), "sum": acc[0], "n": acc[1]}, key=name, timestamp=timestamp - 1)
+        del ctx.state[key]
+
+
+class CountingRelay(Processor):
+    """Stage one of a two-stage pipeline: counts records per key in its state and passes each record on
+    (same key, same event time) with its source, so stage two's windows sum what stage one saw."""
+
+    def process(self, record: Record, ctx: Context) -> None:
+        value = record.value
+        key = str(value["k"])
+        ctx.state[key] = (ctx.state.get(key) or 0) + 1
+        ctx.emit({**value, "src": src_of(record)}, key=key, timestamp=int(value["ts"]))
+
+
+class EmittingCount(CountMonoid):
+    """Counts records per key as a monoid (RocksDB or PostgreSQL state) and emits one output per input."""
+
+    def map(self, record: Record) -> Iterable[tuple[str, Any]]:
+        return ((str(record.key), 1),)
+
+    def process(self, record: Record, ctx: Context) -> None:
+        self.accumulate(self.map(record), ctx)
+        ctx.emit({"key": str(record.key), "src": src_of(record)}, key=str(record.key))
+
+
+class SlowCounter(KeyCounter):
+    """KeyCounter that takes `sleep_ms` per record (config): a processor that is never at the end of its input
+    while records wait, so at-most-once output stays held between checkpoints."""
+
+    def setup(self, ctx: Context) -> None:
+        self.sleep = float(self.config.get("sleep_ms", 2)) / 1000
+
+    def process(self, record: Record, ctx: Context) -> None:
+        import time
+
+        time.sleep(self.sleep)
+        super().process(record, ctx)

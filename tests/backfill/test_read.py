@@ -75,9 +75,9 @@ def test_a_range_that_ends_on_a_commit_marker_ends(bootstrap: str, topic_factory
         if _high(bootstrap, topic) == end:
             break
         time.sleep(0.1)
-    started = time.monotonic()
+    # a stall at the marker raises TimeoutError after the range's 5 s
     offsets = [m.offset() for batch in KafkaRange(bootstrap, topic, 0, 0, end, timeout=5).batches() for m in batch]
-    assert offsets == list(range(50)) and time.monotonic() - started < 3
+    assert offsets == list(range(50))
 
 
 def _high(bootstrap: str, topic: str) -> int:

@@ -96,7 +96,11 @@ class Assignment:
         self._moved()
         self.checkpointer.await_inflight()
         lost = self._held(partitions)
-        log.warning("%s: lost %d partitions without a clean hand-over", self.name, len(lost))
+        # held (at-most-once) output is not kept per partition: all of it goes, which at-most-once allows; the
+        # part that belongs to the lost partitions must never be released after their new owner took over
+        dropped = self.checkpointer.drop_held() if lost else 0
+        log.warning("%s: lost %d partitions without a clean hand-over (%d held outputs dropped)", self.name,
+                    len(lost), dropped)
         for task in lost:
             txn = self.txns.get(task.key)
             if txn is not None:

@@ -94,6 +94,12 @@ class Checkpointer:
         pending.run_suffix()
         self._complete(pending)
 
+    def drop_held(self) -> int:
+        """Throw away the output held for the next checkpoint (at-most-once output of partitions that were
+        lost: no checkpoint of ours covers them any more, so releasing it could repeat what their new owner
+        emits). Returns how many records were dropped."""
+        return len(self.scope.sink.take_held())
+
     def abandon(self) -> None:
         """The worker is failing: let the I/O in flight finish, its outcome no longer matters."""
         if self.inflight is not None:

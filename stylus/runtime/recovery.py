@@ -141,4 +141,5 @@ class PartitionOpener:
             except Exception as exc:  # then they fire again later (docs/backups.md, "Known limits")
                 log.warning("%s: cannot read the outputs of %s[%d] to find the timers already fired (%s)",
                             self.name, task.topic, task.partition, exc)
-        replay_suppressed(task, self.engine, self.bootstrap, committed, fired=fired)
+        replay_suppressed(task, self.engine, self.bootstrap, committed, fired=fired,
+                          fire_due=self.engine.track_time and self.spec.semantics.output == "at_most_once")

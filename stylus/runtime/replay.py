@@ -40,9 +40,12 @@ def _quiet_failure(msg: Any, exc: BaseException, stage: str, task: PartitionTask
 
 
 def replay_suppressed(task: PartitionTask, engine: Engine, bootstrap: str, until: int, *,
-                      timeout: float = 600.0, fired: Sequence[FiredTimer] = ()) -> int:
+                      timeout: float = 600.0, fired: Sequence[FiredTimer] = (), fire_due: bool = False) -> int:
     """Process task.next_offset..until with output suppressed, then save state + offset `until` together.
     `fired`: the timers the old owner fired in that span (timeline.py), fired again at the same points.
+    `fire_due` (at-most-once output, whose outputs carry no ids to tell which timers fired): every timer the old
+    owner may have fired, due at this partition's own watermark, fires at the end, output suppressed: lost
+    output is allowed there, output made twice is not.
     Returns the number of records replayed."""
     start = task.next_offset
     if start is None or until <= start or task.store is None:
@@ -82,6 +85,8 @@ def replay_suppressed(task: PartitionTask, engine: Engine, bootstrap: str, until
         if batch:
             count += engine.process_messages(batch, lambda t, p: task)
         timers.fire(_END)
+        if fire_due:
+            timers.fire_due_silently()
     finally:
         timers.close()
         task.sink, engine.failures, engine.watermark = saved_sink, saved_failures, saved_watermark
@@ -155,6 +160,12 @@ class TimerReplay:
                 self._fire_one(key, ts)
                 if not end:
                     self.max_fired = max(self.max_fired, ts)
+
+    def fire_due_silently(self) -> None:
+        """Every timer due at this partition's own watermark (the old owner's cannot have been ahead of it)."""
+        for ts, key in self.timers.pop_due(self._own_watermark()):
+            self._fire_one(key, ts)
+            self.max_fired = max(self.max_fired, ts)
 
     def _anchored(self, entry: FiredTimer) -> None:
         item = (entry.timestamp, entry.key)

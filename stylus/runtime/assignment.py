@@ -59,6 +59,7 @@ class Assignment:
         self.assigned_once = True
         self.settled = True  # called at the end of every rebalance, with an empty list too
         self._unassigned(partitions)  # ours again, from the offset chosen below
+        fresh = not self.tasks  # nothing kept from before (an eager rebalance, a rejoin, the first assignment)
         opened = [self.opener.open(tp.topic, tp.partition) for tp in partitions]
         for one in opened:  # each keeps its task as soon as it has one: a failure below drops it cleanly
             self.tasks[one.task.key] = one.task
@@ -67,6 +68,8 @@ class Assignment:
         for tp, one in zip(partitions, opened, strict=True):
             self.opener.prepare(one)
             tp.offset = one.task.next_offset if one.task.next_offset is not None else OFFSET_STORED
+        if fresh and partitions:
+            self.opener.restart_time()
         if partitions:
             log.info("%s: assigned %s", self.name,
                      ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions))

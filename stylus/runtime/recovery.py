@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from stylus.config.model import Pipeline
 from stylus.core.engine import Engine
-from stylus.core.task import PartitionTask
+from stylus.core.task import NO_TIME, PartitionTask
 from stylus.kafka.offsets import committed_offsets, end_offsets
 from stylus.monoid.backend import PostgresBackend
 from stylus.runtime.replay import replay_suppressed
@@ -74,6 +74,12 @@ class PartitionOpener:
         self.record_ids = record_ids
         self.backups = backups
         self.remote_state = remote_state
+
+    def restart_time(self) -> None:
+        """Every partition held now was just opened from its committed state: the processor's watermark starts
+        again from their saved floors, not from where this process had taken it before (work past the last
+        commit, timers fired and records judged late at that watermark included, went with the partitions)."""
+        self.engine.watermark = NO_TIME
 
     def store_path(self, topic: str, partition: int) -> Path:
         return Path(self.spec.state.dir) / self.pipeline.pipeline / self.name / f"{topic}-{partition}"

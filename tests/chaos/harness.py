@@ -68,6 +68,7 @@ from tests.support.chaos import (
     topic_ends,
     wait_until,
 )
+from tests.support.pg import fresh_database
 from tests.support.tcp_proxy import TcpProxy
 
 ALO, AMO, EO = "at_least_once", "at_most_once", "exactly_once"
@@ -75,7 +76,6 @@ PAIRS: list[tuple[str, str]] = [(ALO, ALO), (EO, ALO), (AMO, AMO), (EO, AMO), (E
 WORKLOADS = ("counter", "windows", "pipeline", "monoid", "shared")
 FAULTS = ("sigkill", "zombie", "machine_loss", "broker_restart", "proxy_cut")
 SHORT = {ALO: "alo", AMO: "amo", EO: "eo"}
-PG_ADMIN_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 BASE_TS = 1_700_000_000_000 - 1_700_000_000_000 % 60_000
 FAR_FUTURE = BASE_TS + 10**9
@@ -215,18 +215,6 @@ def _broker_for(fault: str, shared_bootstrap: str, workdir: Path) -> Iterator[tu
             proxy.stop()
     else:
         yield shared_bootstrap, None
-
-
-@contextlib.contextmanager
-def fresh_database() -> Iterator[str]:
-    name = f"stylus_chaos_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgresql://postgres@127.0.0.1:5432/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN_DSN, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 # ------------------------------------------------------------------------------------------------ the run
@@ -690,7 +678,7 @@ def run_chaos(seed: int, shared_bootstrap: str, workdir: Path) -> ChaosResult:
     workdir.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         bootstrap, handle = stack.enter_context(_broker_for(combo.fault, shared_bootstrap, workdir))
-        dsn = stack.enter_context(fresh_database()) if combo.workload == "monoid" else None
+        dsn = stack.enter_context(fresh_database("stylus_chaos")) if combo.workload == "monoid" else None
         run = ChaosRun(seed, bootstrap, workdir, handle, dsn)
         try:
             return run.run()

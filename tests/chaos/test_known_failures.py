@@ -123,6 +123,11 @@ def test_sigkill_of_an_exactly_once_processor_with_timers_emits_every_window_onc
     assert 0 < sent_at_kill < TIMER_RECORDS
 
     results = [r for r in _committed_json(bootstrap, sums, restarted) if r["key"] != "zz"]
+    _assert_each_window_once_and_exact(results, expected, restarted.tail(6000))
+
+
+def _assert_each_window_once_and_exact(results: list[dict[str, Any]], expected: dict[tuple[str, int], int],
+                                       tail: str) -> None:
     seen = Counter((r["key"], r["start"]) for r in results)
     duplicated = sorted(k for k, n in seen.items() if n > 1)
     got = {(r["key"], r["start"]): r["sum"] for r in results}
@@ -132,8 +137,7 @@ def test_sigkill_of_an_exactly_once_processor_with_timers_emits_every_window_onc
     assert not (duplicated or missing or wrong or extra), (
         f"{len(expected)} windows expected, {len(results)} results: {len(duplicated)} emitted more than once "
         f"{duplicated[:5]}, {len(missing)} missing {missing[:5]}, {len(wrong)} with a wrong sum "
-        f"{[(k, got[k], expected[k]) for k in wrong[:5]]}, {len(extra)} unexpected {extra[:5]}\n"
-        f"{restarted.tail(6000)}")
+        f"{[(k, got[k], expected[k]) for k in wrong[:5]]}, {len(extra)} unexpected {extra[:5]}\n{tail}")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -397,12 +401,4 @@ def test_partitions_of_a_timer_processor_moved_without_their_state_emit_each_win
     assert code == 0, b.tail()
     assert 0 < sent_at_kill < len(records)
     results = [r for r in _committed_json(bootstrap, sums, b) if r["key"] != "zz"]
-    seen = Counter((r["key"], r["start"]) for r in results)
-    duplicated = sorted(k for k, n in seen.items() if n > 1)
-    got = {(r["key"], r["start"]): r["sum"] for r in results}
-    missing = sorted(set(expected) - set(got))
-    wrong = sorted(k for k in expected.keys() & got.keys() if got[k] != expected[k])
-    assert not (duplicated or missing or wrong), (
-        f"{len(expected)} windows expected, {len(results)} results: {len(duplicated)} emitted more than once "
-        f"{duplicated[:5]}, {len(missing)} missing {missing[:5]}, {len(wrong)} with a wrong sum "
-        f"{[(k, got[k], expected[k]) for k in wrong[:5]]}\n{b.tail(6000)}")
+    _assert_each_window_once_and_exact(results, expected, b.tail(6000))

@@ -91,6 +91,7 @@ def pipeline_factory(tmp_path: Path, bootstrap: str) -> Iterator[PipelineFactory
         made_topics.extend(rename.values())
         made_topics.extend(f"{doc['pipeline']}.{p}.dlq" for p in procs)
         pipeline = load_pipeline(path)
+        made_topics.extend(t for t in pipeline_topics(pipeline) if t not in made_topics)  # changelogs, late topics
         if create:
             create_topics(bootstrap, pipeline_topics(pipeline), pipeline)
         return path, pipeline

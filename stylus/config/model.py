@@ -100,6 +100,9 @@ class StateSpec(Frozen):
     backend: Literal["rocksdb", "postgres"] = "rocksdb"
     dsn: DsnSetting = None  # libpq connection string, e.g. ${STYLUS_PG_DSN}; required by `postgres`
     table: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")  # default: from pipeline+name
+    # a compacted Kafka topic per input topic (Pipeline.changelog_topic) that receives every state change in
+    # the checkpoint's transaction: a second restore source for the local RocksDB state (stylus/runtime/changelog.py)
+    changelog: bool = False
 
     @model_validator(mode="after")
     def _backend_settings(self) -> StateSpec:
@@ -111,6 +114,9 @@ class StateSpec(Frozen):
         if self.backend == "postgres" and self.backup is not None:
             raise FixableError("`backup` copies local RocksDB state; with `backend: postgres` the database is the "
                                "durable copy", "remove `backup`, or use `backend: rocksdb`")
+        if self.backend == "postgres" and self.changelog:
+            raise FixableError("`changelog` copies local RocksDB state to Kafka; with `backend: postgres` the "
+                               "database is the durable copy", "remove `changelog`, or use `backend: rocksdb`")
         return self  # `dsn`/`table` are ignored by rocksdb, so `backend: ${VAR}` can switch a pipeline
 
 
@@ -188,6 +194,25 @@ class ProcessorSpec(Frozen):
             )
         return self
 
+    @model_validator(mode="after")
+    def _changelog_in_the_transaction(self) -> ProcessorSpec:
+        if not self.state.changelog:
+            return self
+        if self.semantics.state is None:
+            raise FixableError(
+                "`state.changelog` records changes of the processor's state, and this processor is stateless",
+                "remove `changelog` under `state`, or use `semantics: {state: exactly_once, output: exactly_once}`",
+            )
+        if self.semantics.pair != ("exactly_once", "exactly_once"):
+            raise FixableError(
+                f"`state.changelog` needs exactly-once state and output; this processor has "
+                f"(state={self.semantics.state}, output={self.semantics.output})",
+                "use `semantics: {state: exactly_once, output: exactly_once}` (the changelog is written inside the "
+                "Kafka transaction that commits the outputs and input offsets, so it matches them exactly), "
+                "or remove `changelog` under `state`",
+            )
+        return self
+
 
 class Pipeline(Frozen):
     pipeline: str = Field(pattern=NAME_PATTERN)
@@ -204,6 +229,11 @@ class Pipeline(Frozen):
 
     def dlq_topic(self, processor: str) -> str:
         return f"{self.pipeline}.{processor}.dlq"
+
+    def changelog_topic(self, processor: str, input_topic: str) -> str:
+        """The compacted topic holding the state changes of `processor`'s partitions of `input_topic`
+        (`state.changelog`): partition p of it belongs to partition p of the input."""
+        return f"{self.pipeline}.{processor}.{input_topic}.changelog"
 
     def producers_of(self, topic: str) -> list[str]:
         return [n for n, p in self.processors.items() if topic in p.outputs]

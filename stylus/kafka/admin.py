@@ -66,7 +66,9 @@ def delete_topics(bootstrap: str, names: list[str], timeout: float = 30.0) -> No
 
 
 def pipeline_topics(pipeline: Pipeline) -> dict[str, TopicSpec]:
-    """Declared topics plus one dead-letter topic per processor whose errors go there."""
+    """Declared topics plus one dead-letter topic per processor whose errors go there, and a compacted
+    changelog topic per input of a processor with `state.changelog` (as wide as that input: one changelog
+    partition per input partition)."""
     topics = dict(pipeline.topics)
     for name, spec in pipeline.processors.items():
         if spec.on_error == "dead_letter":
@@ -76,4 +78,11 @@ def pipeline_topics(pipeline: Pipeline) -> dict[str, TopicSpec]:
         if spec.event_time is not None and spec.event_time.late == "topic":  # late records (stylus/eventtime)
             width = max(pipeline.topics[t].partitions for t in spec.inputs)
             topics.setdefault(f"{pipeline.pipeline}.{name}.late", TopicSpec(partitions=width, serde="bytes"))
+        if spec.state.changelog:  # compacted: the latest value of each key is all a restore needs
+            for topic in spec.inputs:
+                source = pipeline.topics[topic]  # as durable as the input it restores from
+                changelog = TopicSpec(partitions=source.partitions, serde="bytes",
+                                      replication_factor=source.replication_factor,
+                                      config={"cleanup.policy": "compact"})
+                topics.setdefault(pipeline.changelog_topic(name, topic), changelog)
     return topics

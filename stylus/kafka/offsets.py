@@ -31,6 +31,29 @@ def end_offsets(bootstrap: str, partitions: Iterable[tuple[str, int]],
         consumer.close()
 
 
+#: ListOffsets answers while a partition's leader is being elected or moves (a fresh topic, a broker restart)
+#: or the connection was just lost: the same call succeeds soon.
+_LEADER_MOVING = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
+                            KafkaError._ALL_BROKERS_DOWN, KafkaError.LEADER_NOT_AVAILABLE,
+                            KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.REQUEST_TIMED_OUT})
+
+
+def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float = 30.0) -> tuple[int, int]:
+    """(log start, end) of a partition, asked of the broker by `consumer` again while its leader moves, until
+    `timeout`. The end is the high watermark, or for a `read_committed` consumer the last stable offset (the
+    first offset of a transaction still open): what that consumer can read up to."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition),
+                                                       timeout=max(1.0, deadline - time.monotonic()), cached=False)
+            return int(low), int(high)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _LEADER_MOVING or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.1)
+
+
 def offsets_for_times(bootstrap: str, times: Mapping[tuple[str, int], int],
                       timeout: float = 10.0) -> dict[tuple[str, int], int | None]:
     """(topic, partition) -> the first offset whose record's timestamp is >= the time in ms (None: no such

@@ -6,28 +6,28 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import OFFSET_STORED, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
 
 from stylus.core.task import PartitionTask
 from stylus.runtime.checkpointing import Checkpointer
 from stylus.runtime.recovery import PartitionOpener
-from stylus.runtime.transactions import TransactionalPartition
+from stylus.runtime.transactions import WorkerTransaction
 
 log = logging.getLogger(__name__)
 
 
 class Assignment:
     def __init__(self, name: str, consumer: Consumer, opener: PartitionOpener, checkpointer: Checkpointer,
-                 tasks: dict[tuple[str, int], PartitionTask], txns: dict[tuple[str, int], TransactionalPartition],
+                 tasks: dict[tuple[str, int], PartitionTask], transaction: WorkerTransaction | None,
                  *, cooperative: bool) -> None:
-        """`tasks` and `txns` are the worker's: the engine and the checkpoints read the same mappings."""
+        """`tasks` is the worker's: the engine and the checkpoints read the same mapping."""
         self.name = name
         self.consumer = consumer
         self.opener = opener
         self.checkpointer = checkpointer
         self.cooperative = cooperative
         self.tasks = tasks
-        self.txns = txns  # exactly-once output only
+        self.transaction = transaction  # exactly-once output only
         # partitions whose task was dropped (`forget`) while still assigned: until the group assigns them
         # again, records of theirs already fetched must not reach the engine (there is no task for them)
         self.forgotten: set[tuple[str, int]] = set()
@@ -60,16 +60,20 @@ class Assignment:
         self.settled = True  # called at the end of every rebalance, with an empty list too
         self._unassigned(partitions)  # ours again, from the offset chosen below
         fresh = not self.tasks  # nothing kept from before (an eager rebalance, a rejoin, the first assignment)
+        if self.transaction is not None:
+            self.transaction.start()
+            self.transaction.fence_previous_owners(partitions)
         opened = [self.opener.open(tp.topic, tp.partition) for tp in partitions]
         for one in opened:  # each keeps its task as soon as it has one: a failure below drops it cleanly
             self.tasks[one.task.key] = one.task
-            if one.txn is not None:
-                self.txns[one.task.key] = one.txn
-        for tp, one in zip(partitions, opened, strict=True):
+        for one in opened:
             self.opener.prepare(one)
-            tp.offset = one.task.next_offset if one.task.next_offset is not None else OFFSET_STORED
         if fresh and partitions:
             self.opener.restart_time()
+            if self.transaction is not None:  # no partition names this producer yet: claim them before output
+                self.transaction.claim([one.task for one in opened])
+        for tp, one in zip(partitions, opened, strict=True):
+            tp.offset = one.task.next_offset if one.task.next_offset is not None else OFFSET_STORED
         if partitions:
             log.info("%s: assigned %s", self.name,
                      ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions))
@@ -85,7 +89,11 @@ class Assignment:
         self.checkpointer.await_inflight()  # it may cover these partitions: let it land first
         revoked = self._held(partitions)
         try:
-            self.checkpointer.checkpoint(revoked)
+            # one transaction holds every partition's output: it commits with all their offsets, or the
+            # outputs of the partitions kept would become visible without theirs
+            self.checkpointer.checkpoint(list(self.tasks.values()) if self.transaction is not None else revoked)
+            if self.transaction is not None:  # handed over cleanly: their next owner need not fence this producer
+                self.transaction.release([task for task in revoked if self.tasks.get(task.key) is task])
         finally:
             self.drop(revoked)
             if self.cooperative:
@@ -104,10 +112,13 @@ class Assignment:
         dropped = self.checkpointer.drop_held() if lost else 0
         log.warning("%s: lost %d partitions without a clean hand-over (%d held outputs dropped)", self.name,
                     len(lost), dropped)
+        if self.transaction is not None and lost:  # its transaction holds their output: none of it may commit
+            self.transaction.abandon()
+            kept = [task for task in self.tasks.values() if all(task is not t for t in lost)]
+            for task in kept:  # their output went with the transaction: they come back through the group
+                self._forget(task, keep_staged=True)
+            self.rejoin = self.rejoin or bool(kept)
         for task in lost:
-            txn = self.txns.get(task.key)
-            if txn is not None:
-                txn.let_go()
             if task.state is not None:
                 task.state.discard_changes()
         self.drop(lost)
@@ -126,32 +137,21 @@ class Assignment:
         self.forgotten.difference_update((tp.topic, tp.partition) for tp in partitions)
 
     # ---------------------------------------------------------------- failed transactions
-    def aborted(self, task: PartitionTask, exc: Exception) -> None:
-        """The partition's transaction failed but nobody else owns it: forget its uncommitted work, then
-        rejoin the group (after this batch), so the partition comes back through the group protocol (here
-        or elsewhere) and is fenced, settled and replayed from its last commit like any new assignment.
-        Reopening it in place could fence a rightful new owner if this instance were a zombie whose group
-        membership had already lapsed."""
-        log.warning("%s: %s; replaying %s[%d] from its last commit", self.name, exc, task.topic, task.partition)
-        txn = self.txns.get(task.key)
-        if txn is not None:
-            txn.abandon()
-        self._forget(task, keep_staged=True)
-        self.rejoin = True  # leaving the group unassigns the partition
-
-    def fenced(self, task: PartitionTask, exc: Exception) -> None:
-        """A newer instance owns the partition: forget our uncommitted work and let go of it."""
-        log.error("%s: %s; giving up %s[%d]", self.name, exc, task.topic, task.partition)
-        self._forget(task, keep_staged=False)
-        # only what is still assigned can be unassigned (for a partition already revoked the client raised
-        # an error no `except` caught, in the dropped-connections test)
-        if (task.topic, task.partition) not in {(tp.topic, tp.partition) for tp in self.consumer.assignment()}:
-            return
-        try:
-            tp = [TopicPartition(task.topic, task.partition)]
-            self.consumer.incremental_unassign(tp) if self.cooperative else self.consumer.unassign()
-        except KafkaException as unassign_error:  # already being revoked
-            log.debug("%s: unassign after fencing: %s", self.name, unassign_error)
+    def transaction_failed(self, exc: Exception, *, fenced: bool) -> None:
+        """The worker's transaction did not commit: forget every partition's uncommitted work, give the
+        producer up, then rejoin the group (after this batch), so the partitions come back through the
+        group protocol (here or elsewhere) and are settled and replayed from their last commit like any new
+        assignment, on a new producer. Reopening them in place could take them from a rightful new owner if
+        this instance were a zombie whose group membership had already lapsed. Staged checkpoints stay when
+        the outcome is unknown (`Aborted` after a timeout: recovery settles them by the group's committed
+        offsets) and go when the transaction certainly did not commit (fenced)."""
+        log.warning("%s: %s; replaying %s from their last commit", self.name, exc,
+                    ", ".join(f"{t.topic}[{t.partition}]" for t in self.tasks.values()) or "no partitions")
+        if self.transaction is not None:
+            self.transaction.abandon()
+        for task in list(self.tasks.values()):
+            self._forget(task, keep_staged=not fenced)
+        self.rejoin = True  # leaving the group unassigns the partitions
 
     def _forget(self, task: PartitionTask, *, keep_staged: bool) -> None:
         """Drop a partition's uncommitted state and its store. Its staged checkpoint goes too when its
@@ -168,9 +168,8 @@ class Assignment:
         for task in tasks:
             if self.tasks.get(task.key) is not task:
                 continue
-            txn = self.txns.pop(task.key, None)
-            if txn is not None:
-                txn.close()
+            if self.transaction is not None:
+                self.transaction.unbind(task)
             if task.store is not None:
                 task.store.close()
             self.tasks.pop(task.key, None)

@@ -9,8 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -23,7 +22,7 @@ if TYPE_CHECKING:
     from stylus.runtime.faults import FaultInjector
     from stylus.runtime.sink import KafkaSink
     from stylus.runtime.stats import Timing
-    from stylus.runtime.transactions import TransactionalPartition, TxnSnapshot
+    from stylus.runtime.transactions import WorkerTransaction
 
 log = logging.getLogger(__name__)
 
@@ -74,18 +73,6 @@ ORDERINGS: dict[tuple[str | None, str], Ordering] = {
 }
 
 
-def _outcome(future: Future[float]) -> tuple[float, BaseException | None]:
-    exc = future.exception()
-    return (0.0, exc) if exc is not None else (future.result(), None)
-
-
-def _outcome_of(call: Callable[[TxnSnapshot], float], snap: TxnSnapshot) -> tuple[float, BaseException | None]:
-    try:
-        return call(snap), None
-    except Exception as exc:
-        return 0.0, exc
-
-
 def ordering_for(state: str | None, output: str) -> Ordering:
     return ORDERINGS[(state, output)]
 
@@ -116,7 +103,7 @@ class CheckpointScope:
     ordering: Ordering
     consumer: Consumer
     sink: KafkaSink
-    txns: Mapping[tuple[str, int], TransactionalPartition]
+    transaction: WorkerTransaction | None  # exactly-once output: the worker's transactional producer
     faults: FaultInjector
     commit_timing: Timing
     #: where each output partition ends now (exactly-once output with record ids: saved at T4), or None
@@ -135,9 +122,8 @@ class PendingCheckpoint:
         self.prefix, self.middle, self.suffix = split_steps(self.steps)
         self.offsets = {task.key: task.next_offset for task in tasks}
         self.watermark = watermark  # what the output saved by this checkpoint covers
-        self.fenced: list[tuple[PartitionTask, Exception]] = []
-        self.aborted: list[tuple[PartitionTask, Exception]] = []  # transactions that failed: replay them
-        self._faults_lock = threading.Lock()
+        #: the transaction failed (the exception, and whether it was fenced): its partitions are replayed
+        self.failure: tuple[Exception, bool] | None = None
         self._gate: threading.Event | None = None  # set once an overlapped prefix's commit is settled
         self._gate_error: BaseException | None = None
         self.started = time.monotonic()
@@ -160,9 +146,10 @@ class PendingCheckpoint:
             for task in tasks
             if (offset := self.offsets[task.key]) is not None and offset != task.committed_offset
         ]
+        txn = scope.transaction
         self.txn_snapshots = (
-            [snap for task in tasks if (snap := scope.txns[task.key].snapshot()) is not None]
-            if Step.TRANSACTION in self.steps else []
+            [snap for task in tasks if (snap := txn.snapshot(task)) is not None]
+            if txn is not None and Step.TRANSACTION in self.steps else []
         )
         self._commit_keys = {(tp.topic, tp.partition, tp.offset) for tp in self.commits}
         # taken here, on the worker thread: another thread's consumer calls wait behind `consume()`
@@ -265,23 +252,6 @@ class PendingCheckpoint:
                     self._commit_kafka()
             self.scope.faults.passed(step.value)
 
-    def _commit_one(self, snap: TxnSnapshot) -> float:
-        """T1-T3 of one partition; returns how long its commit took."""
-        snap.txn.stage_and_send_offsets(snap, self.group_metadata)
-        self._passed("txn.stage")
-        if snap.offset == snap.txn.task.committed_offset:  # timers only (no input consumed): its own crash point
-            self._passed("txn.stage.no-input")
-        started = time.monotonic()
-        snap.txn.commit(served_elsewhere=self.overlapped)
-        took = time.monotonic() - started
-        self._passed("txn.commit")
-        return took
-
-    def _passed(self, point: str) -> None:
-        """Fault points reached from the partitions' threads: counted one at a time."""
-        with self._faults_lock:
-            self.scope.faults.passed(point)
-
     def _commit_kafka(self) -> None:
         if not self.commits:
             return
@@ -306,39 +276,31 @@ class PendingCheckpoint:
         raise exc
 
     def _transactions(self) -> None:
-        """T1-T5 of stylus/runtime/transactions.py for every partition with progress. T1-T3 of the
-        partitions run at the same time, one thread each: every partition has its own producer, and a
-        commit is broker round trips (flush, EndTxn) whose waits would otherwise add up while the
-        worker holds its output."""
+        """T1-T5 of stylus/runtime/transactions.py: one transaction for every partition with progress."""
         from stylus.runtime.transactions import Aborted, Fenced
 
-        snaps = self.txn_snapshots
-        if len(snaps) > 1:
-            with ThreadPoolExecutor(max_workers=len(snaps), thread_name_prefix="stylus-txn") as pool:
-                futures = [pool.submit(self._commit_one, snap) for snap in snaps]
-                outcomes = [_outcome(future) for future in futures]
-        else:
-            outcomes = [_outcome_of(self._commit_one, snap) for snap in snaps]
-        committed = []
-        error: BaseException | None = None
-        for snap, (took, exc) in zip(snaps, outcomes, strict=True):
-            if isinstance(exc, Fenced):
-                self.fenced.append((snap.txn.task, exc))
-            elif isinstance(exc, Aborted):
-                self.aborted.append((snap.txn.task, exc))
-            elif exc is not None:
-                error = error or exc
-            else:
-                self.scope.commit_timing.observe(took)
-                committed.append(snap)
-        if error is not None:  # after every partition's commit has finished: none is left running
-            raise error
-        if committed:
-            marks = self.scope.output_marks() if self.scope.output_marks is not None else None
-            for snap in committed:
-                snap.txn.apply(snap, marks)
-                self.scope.faults.passed("txn.apply")
-        for task in self.tasks:
-            txn = self.scope.txns.get(task.key)
-            if txn is not None and all(task is not t for t, _ in self.fenced + self.aborted):
-                txn.begin()
+        txn, snaps, faults = self.scope.transaction, self.txn_snapshots, self.scope.faults
+        if txn is None or not snaps:
+            return
+        try:
+            for snap in snaps:
+                txn.stage(snap)
+                faults.passed("txn.stage")
+                if snap.offset == snap.task.committed_offset:  # timers only (no input consumed): its own point
+                    faults.passed("txn.stage.no-input")
+            txn.send_offsets(snaps, self.group_metadata)
+            started = time.monotonic()
+            txn.commit(served_elsewhere=self.overlapped)
+        except Fenced as exc:
+            self.failure = (exc, True)
+            return
+        except Aborted as exc:
+            self.failure = (exc, False)
+            return
+        self.scope.commit_timing.observe(time.monotonic() - started)
+        faults.passed("txn.commit")
+        marks = self.scope.output_marks() if self.scope.output_marks is not None else None
+        for snap in snaps:
+            txn.apply(snap, marks)
+            faults.passed("txn.apply")
+        txn.begin()

@@ -21,9 +21,7 @@ from stylus.state.store import StateMap
 class CheckpointListener(Protocol):
     """What happens around a completed checkpoint, outside the checkpoint itself."""
 
-    def fenced(self, task: PartitionTask, exc: Exception) -> None: ...
-
-    def aborted(self, task: PartitionTask, exc: Exception) -> None: ...
+    def transaction_failed(self, exc: Exception, *, fenced: bool) -> None: ...
 
     def completed(self, pending: PendingCheckpoint) -> None: ...
 
@@ -123,10 +121,9 @@ class Checkpointer:
 
     def _complete(self, pending: PendingCheckpoint) -> None:
         """Back on the worker thread once the steps are done."""
-        for task, exc in pending.fenced:
-            self.listener.fenced(task, exc)
-        for task, exc in pending.aborted:
-            self.listener.aborted(task, exc)
+        if pending.failure is not None:
+            exc, fenced = pending.failure
+            self.listener.transaction_failed(exc, fenced=fenced)
         for task in pending.tasks:
             task.committed_offset = pending.offsets[task.key]
             if isinstance(task.state, StateMap):

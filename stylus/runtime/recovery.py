@@ -1,9 +1,10 @@
 """Opening an assigned partition: its state, its transaction, and the offset it resumes from.
 
 The numbered contract (docs/semantics.md, "Recovery"), per assigned partition:
-  R1. exactly-once output: `init_transactions` fences the previous owner (its open transaction, and the
-      offsets commit pending in it, are aborted); then the group's committed offset C is read (None: the
-      group never committed this partition).
+  R1. exactly-once output: the worker's producer is initialised (once per producer), and every previous
+      owner that did not release the partitions is fenced by the transactional.id their last commits name
+      (its unfinished transaction, with the offsets commit pending in it, is aborted); then the group's
+      committed offset C is read (None: the group never committed this partition).
   R2. state: remote monoid state opens its own offsets table; local state is restored from the newest
       backup when the local copy is missing or older than C (docs/backups.md).
   R3. exactly-once output: a staged checkpoint is applied if C carries its checkpoint id, discarded
@@ -29,10 +30,12 @@ from stylus.config.model import Pipeline
 from stylus.core.engine import Engine
 from stylus.core.task import NO_TIME, PartitionTask
 from stylus.kafka.offsets import committed_offsets, end_offsets
+from stylus.kafka.settings import client_config
 from stylus.monoid.backend import PostgresBackend
+from stylus.runtime.changelog import restore as restore_changelog
 from stylus.runtime.replay import replay_suppressed
 from stylus.runtime.timeline import FiredTimer, fired_timers
-from stylus.runtime.transactions import MARKS_META, TXN_TIMEOUT, TransactionalPartition
+from stylus.runtime.transactions import MARKS_META, TXN_TIMEOUT, WorkerTransaction
 from stylus.state.backup import BackupManager
 from stylus.state.backup.manager import PIN_META
 from stylus.state.kv import RocksKV
@@ -45,23 +48,17 @@ class RecoveryRefused(RuntimeError):
     """A partition's state cannot be made exact: the worker stops rather than run it on wrong state."""
 
 
-def group_committed(consumer: Consumer, topic: str, partition: int, timeout: float = TXN_TIMEOUT) -> int | None:
-    committed = committed_offsets(consumer, [TopicPartition(topic, partition)], timeout)[0].offset
-    return committed if committed >= 0 else None
-
-
 @dataclass(frozen=True)
 class Opened:
     task: PartitionTask
-    txn: TransactionalPartition | None
-    committed: int | None  # the group's committed offset when it was opened
+    committed: TopicPartition  # the group's committed offset (offset < 0: none) and its metadata
 
 
 class PartitionOpener:
     """R1-R5 for one processor's partitions, on the worker thread inside the assignment callback."""
 
     def __init__(self, pipeline: Pipeline, name: str, bootstrap: str, consumer: Consumer, engine: Engine,
-                 instance: str, *, transactional: bool, record_ids: bool, backups: BackupManager | None,
+                 *, transaction: WorkerTransaction | None, record_ids: bool, backups: BackupManager | None,
                  remote_state: PostgresBackend | None) -> None:
         self.pipeline = pipeline
         self.name = name
@@ -69,8 +66,7 @@ class PartitionOpener:
         self.bootstrap = bootstrap
         self.consumer = consumer
         self.engine = engine
-        self.instance = instance
-        self.transactional = transactional
+        self.transaction = transaction  # exactly-once output: the worker's transactional producer
         self.record_ids = record_ids
         self.backups = backups
         self.remote_state = remote_state
@@ -85,32 +81,56 @@ class PartitionOpener:
         return Path(self.spec.state.dir) / self.pipeline.pipeline / self.name / f"{topic}-{partition}"
 
     def open(self, topic: str, partition: int) -> Opened:
-        """R1-R2: every assigned partition is opened (and fenced) before any is settled."""
-        txn = None
-        if self.transactional:  # first: the previous owner's pending offsets commit is aborted, so R1 can read
-            txn = TransactionalPartition(topic, partition, self.pipeline, self.name, self.bootstrap, self.consumer,
-                                         self.engine.ctx, self.instance, record_ids=self.record_ids)
-            txn.fence()
-        committed = group_committed(self.consumer, topic, partition)
+        """R1-R2: every assigned partition is opened (and its committed offset made stable) before any is
+        settled."""
+        txn = self.transaction
+        if txn is not None:  # its previous owners are fenced already (Assignment.on_assign)
+            committed_tp = txn.committed(topic, partition)
+        else:
+            committed_tp = committed_offsets(self.consumer, [TopicPartition(topic, partition)], TXN_TIMEOUT)[0]
+        committed = committed_tp.offset if committed_tp.offset >= 0 else None
         store = None
         if self.remote_state is not None:
             store = self.remote_state.open(topic, partition)
-        elif self.spec.stateful or self.transactional:  # exactly-once stages its checkpoints there
+        elif self.spec.stateful or txn is not None:  # exactly-once stages its checkpoints there
             path = self.store_path(topic, partition)
-            if self.backups is not None:
+            kv = None
+            if self.spec.state.changelog:
+                kv = RocksKV(path)
+                self._restore_changelog(kv, topic, partition, committed)
+            elif self.backups is not None:
                 self.backups.restore_if_newer(topic, partition, path, committed)
-            store = PartitionStore(RocksKV(path), cache_entries=self.spec.state.cache_entries)
+            store = PartitionStore(kv or RocksKV(path), cache_entries=self.spec.state.cache_entries)
         task = PartitionTask(topic, partition, store)
         if txn is not None:
             txn.bind(task)
-        return Opened(task, txn, committed)
+        return Opened(task, committed_tp)
+
+    def _restore_changelog(self, kv: RocksKV, topic: str, partition: int, committed: int | None) -> None:
+        """R2 with `state.changelog`: local state that is missing while the group has committed C is read
+        back from the partition's changelog, whose committed records are exactly the state changes of the
+        transactions up to C (their previous owner is fenced already, so none is left open): the state is
+        then at C, with nothing to replay."""
+        if committed is None or kv.get(PartitionStore.OFFSET_KEY) is not None:
+            return
+        changelog = self.pipeline.changelog_topic(self.name, topic)
+        log.info("%s: local state of %s[%d] is missing; restoring it from %s (the group committed %d)",
+                 self.name, topic, partition, changelog, committed)
+        result = restore_changelog(client_config("consumer", self.bootstrap, self.pipeline, self.name), changelog,
+                                   partition, kv)
+        kv.write(PartitionStore.offset_change(committed))
+        log.info("%s: restored %s[%d] from %s: %d records (%.1f MB) in %.2fs, at offset %d", self.name, topic,
+                 partition, changelog, result.records, result.bytes / 1e6, result.seconds, committed)
 
     def prepare(self, opened: Opened) -> None:
         """R3-R5."""
-        task, txn = opened.task, opened.txn
-        committed = txn.settle() if txn is not None else opened.committed
-        if txn is not None and task.store is not None:  # settling may have applied a staged checkpoint
-            task.next_offset = task.committed_offset = task.store.stored_offset()
+        task, txn = opened.task, self.transaction
+        if txn is not None:
+            committed = txn.settle(task, opened.committed)
+            if task.store is not None:  # settling may have applied a staged checkpoint
+                task.next_offset = task.committed_offset = task.store.stored_offset()
+        else:
+            committed = opened.committed.offset if opened.committed.offset >= 0 else None
         if self.spec.stateful and isinstance(task.store, PartitionStore) and isinstance(task.store.kv, RocksKV):
             self._catch_up(task, committed)
         if txn is not None and committed is not None:  # the transaction moved C; nothing local is ahead of it

@@ -1,23 +1,22 @@
-"""Exactly-once output: one Kafka transaction per input partition, state staged around it.
+"""Exactly-once output: one Kafka transaction per worker over all its partitions, state staged around it.
 
-Contract (docs/semantics.md, "exactly-once output"), per input partition, at every checkpoint:
-  T1. stage: the buffered state changes, the next input offset and a fresh checkpoint id are written to
-      RocksDB as one staged record (nothing is applied yet).
-  T2. the input offset joins the partition's open transaction (send_offsets_to_transaction with the
-      consumer's group metadata), carrying the checkpoint id as the offset's metadata.
-  T3. commit_transaction: outputs, input offset and checkpoint id become visible together, or not at all.
-  T4. apply: state changes + offset in one RocksDB batch, staged record deleted.
+Contract (docs/semantics.md, "exactly-once output"), at every checkpoint:
+  T1. stage: per partition with progress, the buffered state changes, the next input offset and a fresh
+      checkpoint id are written to its RocksDB as one staged record (nothing is applied yet).
+  T2. every such partition's input offset joins the worker's open transaction (send_offsets_to_transaction
+      with the consumer's group metadata: KIP-447), carrying the checkpoint id as the offset's metadata.
+  T3. commit_transaction: outputs, input offsets and checkpoint ids become visible together, or not at all.
+  T4. apply: per partition, state changes + offset in one RocksDB batch, staged record deleted.
   T5. begin the next transaction.
-Recovery (on assignment): init_transactions with the partition's own transactional.id fences any older
-instance (its open transaction is aborted, its records stay invisible to read_committed readers), then the
-staged record is applied if the group's committed offset carries its checkpoint id (T3 happened) and
-discarded otherwise. Resume from the committed offset.
+Recovery (on assignment): init_transactions fences this worker's previous incarnation (same transactional.id);
+the group's committed offset is read (an unfinished transaction of another owner holding it back is fenced by
+the transactional.id its last commit names); the staged record is applied if the committed offset carries its
+checkpoint id (T3 happened) and discarded otherwise. Resume from the committed offset.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,10 +28,11 @@ from stylus.config.model import Pipeline
 from stylus.core.engine import EngineContext
 from stylus.core.sink import DEFAULT_MESSAGE_MAX_BYTES, DirectOutput
 from stylus.core.task import PartitionTask
-from stylus.kafka.offsets import committed_offsets
+from stylus.kafka.offsets import committed_offsets, watermarks
 from stylus.kafka.producer import close_producer
 from stylus.kafka.settings import client_config
 from stylus.runtime.bounded import CallStuck, call_with_deadline
+from stylus.runtime.changelog import write_changes
 from stylus.runtime.sink import (
     SERVED_ELSEWHERE_GRACE,
     KafkaSink,
@@ -48,10 +48,10 @@ log = logging.getLogger(__name__)
 ID_HEADER = "stylus.id"
 MARKS_META = "output_marks"
 TXN_TIMEOUT = 30.0
-#: linger of the transactional producers unless the pipeline sets one: their records are invisible to
-#: read_committed readers until the commit anyway, and one producer per input partition otherwise sends
-#: many small batches (measured: ~0.5 us/record less CPU here and in the broker than with 5 ms)
+#: linger of the transactional producer unless the pipeline sets one: its records are invisible to
+#: read_committed readers until the commit anyway, so bigger batches cost no latency that anybody sees
 TXN_LINGER_MS = 25
+
 
 
 class Fenced(RuntimeError):
@@ -158,78 +158,190 @@ def _repaired_headers(headers: Any) -> list[tuple[str, Any]]:
 
 @dataclass(frozen=True)
 class TxnSnapshot:
-    txn: TransactionalPartition
+    task: PartitionTask
     offset: int
     changes: dict[bytes, bytes | None]
     #: committed as the offset's metadata: recovery applies the staged change only if the group shows it
     checkpoint_id: str
 
 
-class TransactionalPartition:
-    """The transactional producer and checkpoint protocol of one input partition."""
+#: The offset metadata of a partition its owner handed over cleanly (`WorkerTransaction.release`).
+RELEASED = "released"
+#: The offset metadata an owner commits as soon as it is assigned a partition (`WorkerTransaction.claim`).
+OWNED = "owned"
 
-    def __init__(self, topic: str, partition: int, pipeline: Pipeline, processor: str, bootstrap: str,
-                 consumer: Consumer, ctx: EngineContext, instance: str, *, record_ids: bool = False) -> None:
-        """Fence (`fence`) before the partition's store is opened; `bind` its task before settling."""
-        self.task: PartitionTask
+
+def owner_to_fence(metadata: str | None) -> str | None:
+    """The transactional.id that may still hold an unfinished transaction with the partition's output or
+    offsets: whoever committed its offset last (a checkpoint id `<token>-<seq>@<id>`, or a claim `owned@<id>`),
+    unless that commit handed the partition over (`released@<id>`)."""
+    if not metadata or "@" not in metadata:
+        return None
+    what, owner = metadata.split("@", 1)
+    return None if what == RELEASED or not owner else owner
+
+
+class WorkerTransaction:
+    """The worker's one transactional producer (Kafka Streams' exactly-once v2) and the checkpoint protocol
+    over every partition it holds: one transaction carries the outputs and input offsets of all of them."""
+
+    def __init__(self, pipeline: Pipeline, processor: str, bootstrap: str, consumer: Consumer, ctx: EngineContext,
+                 instance: str, *, record_ids: bool = False) -> None:
         self.pipeline = pipeline
         self.processor = processor
+        self.bootstrap = bootstrap
         self.consumer = consumer
-        self.transactional_id = f"{pipeline.group_id(processor)}.{topic}.{partition}"
-        # a checkpoint id is this owner's token and a sequence number: unique across owners and restarts
-        self._ids = f"{instance}-{uuid.uuid4().hex[:8]}-"
+        self.ctx = ctx
+        self.instance = instance
+        self.transactional_id = ""  # a new one per producer (`_new_producer`)
+        self.outputs = pipeline.processors[processor].outputs
+        #: a checkpoint id: this producer's token, a sequence number and the transactional.id, so the next owner
+        #: of a partition knows whom to fence (`committed`)
+        self._token = ""
         self._sequence = 0
-        self.sink: TransactionalSink
-        config = client_config(
-            "producer", bootstrap, pipeline, processor, {"linger.ms": TXN_LINGER_MS},
-            **{"transactional.id": self.transactional_id, "client.id": f"{self.transactional_id}-{instance}",
+        #: outputs carry `stylus.id`; output marks (where each output partition's next records can start) are
+        #: saved at T4, for a restore from a backup to read the old owner's outputs from (timeline.py)
+        self.record_ids = record_ids
+        #: `state.changelog`: each checkpoint's state changes also go to the partition's changelog, in the
+        #: same transaction (stylus/runtime/changelog.py)
+        self.changelog = pipeline.processors[processor].state.changelog
+        self.sinks: dict[tuple[str, int], TransactionalSink] = {}
+        self.tasks: dict[tuple[str, int], PartitionTask] = {}
+        self.failures: list[str] = []
+        self._stable_reader: Consumer | None = None
+        self._new_producer()
+
+    def _new_producer(self) -> None:
+        """Every producer gets a transactional.id of its own, never reused: fencing an id (`committed`) then
+        stops exactly the producer that owned a partition, never a later one of the same worker."""
+        self._token = uuid.uuid4().hex[:12]
+        self.transactional_id = f"{self.pipeline.group_id(self.processor)}.{self._token}"
+        self.config = client_config(
+            "producer", self.bootstrap, self.pipeline, self.processor, {"linger.ms": TXN_LINGER_MS},
+            **{"transactional.id": self.transactional_id, "client.id": f"{self.transactional_id}-{self.instance}",
                "transaction.timeout.ms": int(TXN_TIMEOUT * 1000), "delivery.report.only.error": True},
         )
-        self.producer = Producer(config | {"on_delivery": lambda err, msg: self.sink.on_delivery(err, msg)})
-        spec = pipeline.processors[processor]
-        self.sink = TransactionalSink(self.producer, pipeline, spec.outputs, ctx, f"{topic}:{partition}:",
-                                      message_max_bytes(config), stamp=record_ids)
-        self.outputs = spec.outputs
-        #: output marks (where each output partition's next records can start) saved at T4, only where the
-        #: outputs carry ids: a restore from a backup reads the old owner's outputs from them (timeline.py)
-        self.keep_marks = record_ids
+        self.producer = Producer(self.config | {"on_delivery": self._on_delivery})
+        self.ready = False  # init_transactions done
         self.open = False
         self.stuck = False  # a call of ours hangs inside librdkafka: never touch the producer again
-        self.fenced = False  # a newer producer owns the transactional id: nothing of ours can commit or abort
+        self.fenced = False  # a newer producer owns the transactional id, or the group generation moved on
         self.abandoned = False  # given up after `Aborted`: the next producer of the id fences this one
 
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            self.failures.append(f"{msg.topic()}: {err}")
+
     # ------------------------------------------------------------------ recovery
-    def bind(self, task: PartitionTask) -> None:
-        self.task = task
-        task.sink = self.sink
-
-    def fence(self) -> None:
-        """init_transactions: an older owner of this partition can no longer commit, and its open transaction
-        is aborted (its records never become visible to read_committed readers)."""
+    def start(self) -> None:
+        """R1: init_transactions, once per producer. A producer given up (fenced, stuck, abandoned) is
+        replaced first; every partition was dropped with it."""
+        if self.ready and not (self.stuck or self.fenced or self.abandoned):
+            return
+        if self.ready:
+            self._retire()
+            self._new_producer()
         self.producer.init_transactions(TXN_TIMEOUT)
+        self.ready = True
 
-    def settle(self) -> int | None:
-        """Apply or discard a staged checkpoint by the group's committed offset and metadata, then open the
-        first transaction. Returns the offset to resume from (None: the group has none; start per
-        auto.offset.reset)."""
-        tp = TopicPartition(self.task.topic, self.task.partition)
-        committed_tp = committed_offsets(self.consumer, [tp], TXN_TIMEOUT)[0]
+    def fence_previous_owners(self, partitions: list[TopicPartition]) -> None:
+        """R1, before any committed offset is read: fence every producer that may still hold an unfinished
+        transaction with these partitions' outputs or offsets, named by the metadata of their last stable
+        commits (a partition handed over cleanly names nobody). Fencing aborts that transaction now; left
+        alone, a crashed owner's transaction would hold back the group's offsets (and every read_committed
+        reader of the outputs) until it timed out."""
+        if not partitions:
+            return
+        last = committed_offsets(self._stable(), [TopicPartition(tp.topic, tp.partition) for tp in partitions],
+                                 TXN_TIMEOUT)
+        owners = {owner for tp in last if (owner := owner_to_fence(tp.metadata)) not in (None, self.transactional_id)}
+        for owner in sorted(owners):
+            log.info("%s: fencing %s, a previous owner of partitions assigned here", self.processor, owner)
+            fence_producer(self.bootstrap, self.pipeline, self.processor, owner)
+
+    def committed(self, topic: str, partition: int) -> TopicPartition:
+        """R1: the group's committed offset and its metadata (stable: no unfinished transaction holds it)."""
+        return committed_offsets(self.consumer, [TopicPartition(topic, partition)], TXN_TIMEOUT + 15.0)[0]
+
+    def _stable(self) -> Consumer:
+        """A group-less reader of the group's last *stable* commits (read_uncommitted does not wait for
+        pending ones); it never joins the group."""
+        if self._stable_reader is None:
+            self._stable_reader = Consumer(client_config(
+                "consumer", self.bootstrap, self.pipeline, self.processor,
+                **{"group.id": self.pipeline.group_id(self.processor), "isolation.level": "read_uncommitted"}))
+        return self._stable_reader
+
+    def bind(self, task: PartitionTask) -> None:
+        """The partition's outputs go into this worker's transaction (with its own record-id prefix)."""
+        sink = TransactionalSink(self.producer, self.pipeline, self.outputs, self.ctx,
+                                 f"{task.topic}:{task.partition}:", message_max_bytes(self.config),
+                                 stamp=self.record_ids)
+        task.sink = sink
+        self.sinks[task.key] = sink
+        self.tasks[task.key] = task
+
+    def unbind(self, task: PartitionTask) -> None:
+        if self.tasks.get(task.key) is task:
+            self.sinks.pop(task.key, None)
+            self.tasks.pop(task.key, None)
+
+    def settle(self, task: PartitionTask, committed_tp: TopicPartition) -> int | None:
+        """R3: apply or discard the partition's staged checkpoint by the group's committed offset and
+        metadata, then make sure a transaction is open. Returns the offset to resume from (None: the group
+        has none; start per auto.offset.reset)."""
         committed = committed_tp.offset if committed_tp.offset >= 0 else None
-        store = self.task.store
+        store = task.store
         if store is not None:
             self._settle_staged(store, committed, committed_tp.metadata)
             local = store.stored_offset()
             if committed is not None and local is not None and local < committed:
                 log.warning("%s: local state of %s[%d] is at offset %d but the group committed %d: with a "
                             "state backup the records in between are replayed (output suppressed), without one "
-                            "their effect on the state is missing", self.processor, tp.topic, tp.partition,
+                            "their effect on the state is missing", self.processor, task.topic, task.partition,
                             local, committed)
-            if self.keep_marks and not store.meta(MARKS_META):
+            if self.record_ids and not store.meta(MARKS_META):
                 store.kv.write(PartitionStore.meta_change(MARKS_META, output_marks(
                     self.consumer, self.pipeline, self.outputs)))
-        self.producer.begin_transaction()
-        self.open = True
+        self.begin()
         return committed
+
+    def claim(self, tasks: list[PartitionTask]) -> None:
+        """Commit `owned@<id>` as the metadata of each newly assigned partition's committed offset, before any
+        output of ours: whoever takes a partition from this producer next knows to fence it
+        (`fence_previous_owners`). A partition the group never committed starts where auto.offset.reset
+        says, and that start is what is committed."""
+        for task in tasks:
+            if task.committed_offset is None and task.next_offset is None:
+                start = self._reset_offset(task)
+                task.next_offset = task.committed_offset = start
+        self._mark(tasks, OWNED)
+
+    def _reset_offset(self, task: PartitionTask) -> int | None:
+        reset = str(client_config("consumer", self.bootstrap, self.pipeline, self.processor).get(
+            "auto.offset.reset", "latest"))
+        if reset not in ("earliest", "smallest", "beginning", "latest", "largest", "end"):
+            return None  # `error`: the consumer decides, and fails
+        low, high = watermarks(self.consumer, task.topic, task.partition)
+        return low if reset in ("earliest", "smallest", "beginning") else high
+
+    def release(self, tasks: list[PartitionTask]) -> None:
+        """Commit `released@<id>` for partitions handed over cleanly (revoked after their last checkpoint):
+        their next owner must not fence this producer, which goes on with the partitions it keeps."""
+        self._mark(tasks, RELEASED)
+
+    def _mark(self, tasks: list[PartitionTask], what: str) -> None:
+        marks = [TopicPartition(t.topic, t.partition, t.committed_offset, f"{what}@{self.transactional_id}")
+                 for t in tasks if t.committed_offset is not None]
+        if not marks or self.stuck or self.fenced or self.abandoned:
+            return
+        self.begin()
+        group_metadata = self.consumer.consumer_group_metadata()
+        self._guard(lambda: self.producer.send_offsets_to_transaction(marks, group_metadata, OFFSETS_TIMEOUT),
+                    "send_offsets_to_transaction", OFFSETS_DEADLINE)
+        self._guard(lambda: self.producer.commit_transaction(TXN_TIMEOUT), "commit_transaction")
+        self.open = False
+        self.begin()
 
     def _settle_staged(self, store: PartitionStore, committed: int | None, metadata: str | None) -> None:
         staged = store.staged()
@@ -246,23 +358,29 @@ class TransactionalPartition:
             store.discard_staged()
 
     # ------------------------------------------------------------------ checkpoint
-    def snapshot(self) -> TxnSnapshot | None:
-        """What this checkpoint commits, taken on the worker thread (None: nothing to commit)."""
-        task = self.task
+    def snapshot(self, task: PartitionTask) -> TxnSnapshot | None:
+        """What this checkpoint commits for one partition, taken on the worker thread (None: nothing)."""
         if task.next_offset is None or not task.has_progress:
             return None
         changes = task.store.state_changes() if task.store is not None else {}
         self._sequence += 1
-        return TxnSnapshot(self, task.next_offset, changes, f"{self._ids}{self._sequence}")
+        return TxnSnapshot(task, task.next_offset, changes, f"{self._token}-{self._sequence}@{self.transactional_id}")
 
-    def stage_and_send_offsets(self, snap: TxnSnapshot, group_metadata: Any) -> None:
-        """T1 + T2."""
-        task = self.task
+    def stage(self, snap: TxnSnapshot) -> None:
+        """T1: state changes, next offset and checkpoint id staged in the partition's RocksDB; with a
+        changelog, the changes produced to it in the transaction."""
+        task = snap.task
         if task.store is not None:
             task.store.stage(snap.offset, snap.changes, snap.checkpoint_id)
-        self._guard(lambda: self.producer.send_offsets_to_transaction(
-            [TopicPartition(task.topic, task.partition, snap.offset, snap.checkpoint_id)],
-            group_metadata, OFFSETS_TIMEOUT), "send_offsets_to_transaction", OFFSETS_DEADLINE)
+        if self.changelog and snap.changes:
+            write_changes(self.producer, self.pipeline.changelog_topic(self.processor, task.topic), task.partition,
+                          snap.changes)
+
+    def send_offsets(self, snaps: list[TxnSnapshot], group_metadata: Any) -> None:
+        """T2: every partition's next offset, with its checkpoint id, joins the transaction."""
+        offsets = [TopicPartition(s.task.topic, s.task.partition, s.offset, s.checkpoint_id) for s in snaps]
+        self._guard(lambda: self.producer.send_offsets_to_transaction(offsets, group_metadata, OFFSETS_TIMEOUT),
+                    "send_offsets_to_transaction", OFFSETS_DEADLINE)
 
     def commit(self, *, served_elsewhere: bool = False) -> None:
         """T3. `served_elsewhere`: on a checkpoint thread while the worker polls this producer, whose delivery
@@ -271,15 +389,16 @@ class TransactionalPartition:
             wait_until_served(self.producer, SERVED_ELSEWHERE_GRACE)
         self._guard(lambda: self.producer.commit_transaction(TXN_TIMEOUT), "commit_transaction")
         self.open = False
-        if self.sink.failures:
-            failures, self.sink.failures = self.sink.failures, []
+        if self.failures:
+            failures, self.failures = self.failures, []
             raise RuntimeError(f"{len(failures)} transactional records failed delivery: {failures[0]}")
 
-    def apply(self, snap: TxnSnapshot, marks: dict[str, int] | None) -> None:
+    @staticmethod
+    def apply(snap: TxnSnapshot, marks: dict[str, int] | None) -> None:
         """T4."""
-        if self.task.store is not None:
+        if snap.task.store is not None:
             extra = PartitionStore.meta_change(MARKS_META, marks) if marks is not None else None
-            self.task.store.apply_staged(snap.offset, snap.changes, extra)
+            snap.task.store.apply_staged(snap.offset, snap.changes, extra)
 
     def begin(self) -> None:
         """T5."""
@@ -288,43 +407,21 @@ class TransactionalPartition:
             self.open = True
 
     def abort(self) -> None:
+        """Throw away the open transaction and every partition's uncommitted state changes."""
         if self.open and not self.stuck and not self.fenced:  # a fenced producer's abort only times out
             try:
                 self.producer.abort_transaction(TXN_TIMEOUT)
             except KafkaException as exc:
                 log.warning("%s: abort failed: %s", self.processor, exc)
-            self.open = False
-        if self.task.state is not None:
-            self.task.state.discard_changes()
-
-    def poll(self) -> None:
-        """Serve delivery reports between commits, on the worker thread, as the worker does for its own
-        producer. Unserved, every record's report waits for the commit's flush, which then serves tens of
-        thousands of Python callbacks on the checkpoint thread while the worker holds its output."""
-        self.producer.poll(0)
-
-    def close(self) -> None:
-        """Let go of the partition: its open transaction is aborted, never left open on the broker (after a
-        checkpoint it is empty; after a failed one, this is what hands the partition over cleanly)."""
-        if self.stuck:
-            return  # a call of ours still hangs inside this producer: leave it alone
-        self.abort()
-        self.producer.flush(5)
-        if not (self.fenced or self.abandoned):  # close() would try to abort a transaction that cannot end
-            close_producer(self.producer)
-
-    def let_go(self) -> None:
-        """The partition was lost (its new owner fences this transactional id, which aborts our transaction):
-        drop what is uncommitted without asking the broker anything; an abort would only wait out its
-        timeout, per partition, on a producer that is already fenced."""
-        self.open = False  # so `abort` asks the broker nothing
-        self.abandoned = True
-        self.abort()
+        self.open = False
+        for task in self.tasks.values():
+            if task.state is not None:
+                task.state.discard_changes()
 
     def abandon(self) -> None:
-        """Give the producer up after `Aborted`: abort what can be aborted, never wait on a hung client. The
-        next producer of this transactional id fences it (and aborts its transaction) in `fence()`."""
-        if not self.stuck and self.open:
+        """Give the producer up after `Aborted` or `Fenced`: abort what can be aborted, never wait on a hung
+        client. `start` replaces it (and the new producer of the same id fences it) at the next assignment."""
+        if not self.stuck and not self.fenced and self.open:
             try:
                 self.producer.abort_transaction(5)
             except KafkaException as exc:
@@ -332,11 +429,31 @@ class TransactionalPartition:
         self.open = False
         self.abandoned = True
 
+    def poll(self) -> None:
+        """Serve delivery reports between commits, on the worker thread, as the worker does for its own
+        producer: unserved, they would all wait for the commit's flush on the checkpoint thread."""
+        self.producer.poll(0)
+
+    def close(self) -> None:
+        """At the worker's end: the open transaction (empty after a final checkpoint) is aborted, never left
+        open on the broker."""
+        self.abort()
+        self._retire()
+        if self._stable_reader is not None:
+            self._stable_reader.close()
+
+    def _retire(self) -> None:
+        if self.stuck:
+            return  # a call of ours still hangs inside this producer: leave it alone
+        self.producer.flush(5)
+        if not (self.fenced or self.abandoned):  # close() would try to abort a transaction that cannot end
+            close_producer(self.producer)
+
     def _guard(self, call: Any, what: str, deadline: float = CALL_DEADLINE) -> None:
         """Run a transactional call. A retriable error (a timeout, a coordinator moving) means the call may
         still complete: librdkafka's contract is to call it again, never to abort then, since a commit that
         timed out may yet commit on the broker. Only an abortable error, or retries used up, is `Aborted`;
-        the staged checkpoint then stays for recovery to settle against the group's committed offset."""
+        the staged checkpoints then stay for recovery to settle against the group's committed offsets."""
         for attempt in range(1, CALL_ATTEMPTS + 1):
             try:
                 call_with_deadline(call, deadline, what)
@@ -350,7 +467,7 @@ class TransactionalPartition:
                 if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
                                   KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) or err.fatal():
                     self.fenced = True
-                    raise Fenced(f"{self.transactional_id} was fenced by a newer instance: {err}") from exc
+                    raise Fenced(f"{self.transactional_id} was fenced: {err}") from exc
                 if err.retriable() and not err.txn_requires_abort() and attempt < CALL_ATTEMPTS:
                     log.warning("%s: %s failed (%s); calling it again (%d/%d)", self.transactional_id, what,
                                 err.str(), attempt, CALL_ATTEMPTS - 1)
@@ -359,8 +476,19 @@ class TransactionalPartition:
                     raise Aborted(f"{self.transactional_id}: {what} failed: {err}") from exc
                 if err.code() == KafkaError.INVALID_PRODUCER_EPOCH:
                     self.fenced = True
-                    raise Fenced(f"{self.transactional_id} was fenced by a newer instance: {err}") from exc
+                    raise Fenced(f"{self.transactional_id} was fenced: {err}") from exc
                 raise
+
+
+def fence_producer(bootstrap: str, pipeline: Pipeline, processor: str, transactional_id: str) -> None:
+    """init_transactions with another producer's transactional.id: that producer can no longer commit, and
+    its open transaction (with the offsets commit pending in it) is aborted now rather than at its timeout."""
+    producer = Producer(client_config("producer", bootstrap, pipeline, processor,
+                                      **{"transactional.id": transactional_id}))
+    try:
+        producer.init_transactions(TXN_TIMEOUT)
+    finally:
+        close_producer(producer)
 
 
 def marks_client(bootstrap: str, pipeline: Pipeline, processor: str) -> Consumer:
@@ -376,24 +504,5 @@ def output_marks(consumer: Consumer, pipeline: Pipeline, outputs: tuple[str, ...
     marks: dict[str, int] = {}
     for topic in outputs:
         for partition in range(pipeline.topics[topic].partitions):
-            marks[f"{topic}:{partition}"] = max(0, _high_watermark(consumer, topic, partition))
+            marks[f"{topic}:{partition}"] = max(0, watermarks(consumer, topic, partition, 60.0)[1])
     return marks
-
-
-#: Errors of a lost connection or of metadata not yet refreshed after one: worth asking again.
-_TRANSIENT = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
-                        KafkaError._ALL_BROKERS_DOWN, KafkaError.LEADER_NOT_AVAILABLE,
-                        KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.REQUEST_TIMED_OUT})
-
-
-def _high_watermark(consumer: Consumer, topic: str, partition: int, attempts: int = 20) -> int:
-    """ListOffsets(latest), asked again for a while when the connection was just lost (docs/faults.md)."""
-    for attempt in range(attempts):
-        try:
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)
-            return int(high)
-        except KafkaException as exc:
-            if exc.args[0].code() not in _TRANSIENT or attempt == attempts - 1:
-                raise
-            time.sleep(0.25)
-    raise AssertionError("unreachable")

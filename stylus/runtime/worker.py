@@ -35,7 +35,7 @@ from stylus.runtime.gctune import tune_for_streaming
 from stylus.runtime.recovery import PartitionOpener
 from stylus.runtime.sink import KafkaSink, message_max_bytes
 from stylus.runtime.stats import WorkerStats
-from stylus.runtime.transactions import TransactionalPartition, marks_client, output_marks, record_ids_wanted
+from stylus.runtime.transactions import WorkerTransaction, marks_client, output_marks, record_ids_wanted
 from stylus.state.backup import BackupManager
 
 log = logging.getLogger(__name__)
@@ -116,19 +116,21 @@ class Worker:
             | {"error_cb": self._on_client_error, "on_commit": lambda err, tps: self.checkpointer.on_commit(err, tps)}
         )
         self.tasks: dict[tuple[str, int], PartitionTask] = {}
-        self.txns: dict[tuple[str, int], TransactionalPartition] = {}  # exactly-once output only
+        self.transaction = (  # exactly-once output only
+            WorkerTransaction(pipeline, name, bootstrap, self.consumer, self.engine.ctx, instance,
+                              record_ids=record_ids) if self.ordering.transactional else None)
         marks_client_ = self.marks_client
         scope = CheckpointScope(
-            name, self.ordering, self.consumer, self.sink, self.txns, self.faults, self.stats.commit,
+            name, self.ordering, self.consumer, self.sink, self.transaction, self.faults, self.stats.commit,
             (lambda: output_marks(marks_client_, pipeline, spec.outputs)) if marks_client_ is not None else None)
         # remote monoid state saves in its own database transaction on the worker thread: no overlap there
         self.checkpointer = Checkpointer(
             scope, self, overlap=spec.checkpoint.overlap and remote_state is None, serve=self._serve,
             sinks=self._sinks, watermark=lambda: self.engine.watermark, stats=self.stats)
-        opener = PartitionOpener(pipeline, name, bootstrap, self.consumer, self.engine, instance,
-                                 transactional=self.ordering.transactional, record_ids=record_ids,
+        opener = PartitionOpener(pipeline, name, bootstrap, self.consumer, self.engine,
+                                 transaction=self.transaction, record_ids=record_ids,
                                  backups=self.backups, remote_state=remote_state)
-        self.assignment = Assignment(name, self.consumer, opener, self.checkpointer, self.tasks, self.txns,
+        self.assignment = Assignment(name, self.consumer, opener, self.checkpointer, self.tasks, self.transaction,
                                      cooperative="cooperative" in str(consumer_config.get(
                                          "partition.assignment.strategy", "")))
 
@@ -213,11 +215,11 @@ class Worker:
     def _serve(self, timeout: float) -> None:
         """Delivery reports of the worker's producer and, for exactly-once output, the partitions' ones."""
         self.producer.poll(timeout)
-        for txn in self.txns.values():
-            txn.poll()
+        if self.transaction is not None:
+            self.transaction.poll()
 
     def _sinks(self) -> list[KafkaSink]:
-        return [self.sink, *(txn.sink for txn in self.txns.values())]
+        return [self.sink, *self.transaction.sinks.values()] if self.transaction is not None else [self.sink]
 
     @property
     def duplicates(self) -> int:
@@ -276,9 +278,11 @@ class Worker:
         except Exception:
             log.exception("%s: error while closing", self.name)
         finally:
-            for txn in self.txns.values():
-                txn.abort()  # after a final checkpoint the open transaction is empty
+            if self.transaction is not None:
+                self.transaction.abort()  # after a final checkpoint the open transaction is empty
             self.assignment.drop(list(self.tasks.values()))
+            if self.transaction is not None:
+                self.transaction.close()
             self.producer.flush(10)
             close_producer(self.producer)
             if self.backups is not None:
@@ -290,11 +294,8 @@ class Worker:
             self.finished = True
 
     # ---------------------------------------------------------------- CheckpointListener
-    def fenced(self, task: PartitionTask, exc: Exception) -> None:
-        self.assignment.fenced(task, exc)
-
-    def aborted(self, task: PartitionTask, exc: Exception) -> None:
-        self.assignment.aborted(task, exc)
+    def transaction_failed(self, exc: Exception, *, fenced: bool) -> None:
+        self.assignment.transaction_failed(exc, fenced=fenced)
 
     def completed(self, pending: PendingCheckpoint) -> None:
         self.event_time.after_checkpoint(pending.watermark, self.tasks.values())

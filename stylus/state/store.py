@@ -363,6 +363,8 @@ class PartitionStore:
         self._meta_changes: dict[bytes, bytes | None] = {}  # set_meta: saved with the next state save
 
     # offsets ------------------------------------------------------------------------------
+    OFFSET_KEY = _OFFSET_KEY  # where the offset the state belongs to is kept
+
     def stored_offset(self) -> int | None:
         raw = self.kv.get(_OFFSET_KEY)
         return None if raw is None else int(_TS.unpack(raw)[0])

@@ -21,6 +21,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
@@ -152,11 +153,13 @@ def _counter_records(count: int, *, first: int = 0, ts: int | None = None, seed:
             for i in range(first, first + count) for key in [rng.choice(COUNTER_KEYS)]]
 
 
-def _counter_doc(state_dir: Path, *, backup: dict[str, Any] | None = None,
+def _counter_doc(state_dir: Path, *, backup: dict[str, Any] | None = None, changelog: bool = False,
                  input_config: dict[str, str] | None = None) -> dict[str, Any]:
     state: dict[str, Any] = {"dir": str(state_dir)}
     if backup is not None:
         state["backup"] = backup
+    if changelog:
+        state["changelog"] = True
     events: dict[str, Any] = {"partitions": 2}
     if input_config:
         events["config"] = input_config
@@ -197,11 +200,15 @@ def _output_violations(outputs: list[dict[str, Any]], truth: Counter[str]) -> li
 # ----------------------------------------------------------------------------------------------------------------
 # 2. losing the machine
 
-def test_machine_loss_restores_the_backup_and_state_and_output_stay_exact(
-        bootstrap: str, pipeline_factory: PipelineFactory, tmp_path: Path) -> None:
+@pytest.mark.parametrize("source", ["backup", "changelog"])
+def test_machine_loss_restores_the_state_and_state_and_output_stay_exact(
+        bootstrap: str, pipeline_factory: PipelineFactory, tmp_path: Path, source: str) -> None:
+    """The state comes back from a backup (then the input since it is replayed with output suppressed) or
+    from the changelog (exact as it is: nothing to replay)."""
     state_dir = tmp_path / "state"
+    backup = {"uri": f"file://{tmp_path / 'backups'}", "interval": "2s"}
     path, pipeline = pipeline_factory(_counter_doc(
-        state_dir, backup={"uri": f"file://{tmp_path / 'backups'}", "interval": "2s"}))
+        state_dir, backup=backup if source == "backup" else None, changelog=source == "changelog"))
     events, counts = pipeline.processors["counter"].inputs[0], pipeline.processors["counter"].outputs[0]
     records = _counter_records(30_000)
     truth = Counter(rec.key for rec in records if rec.key is not None)
@@ -216,8 +223,9 @@ def test_machine_loss_restores_the_backup_and_state_and_output_stay_exact(
                    explain=first.tail)
         feeder.start()
         # about 12 s in, with backups of both partitions made: then the machine is gone
-        wait_until(lambda: feeder.sent >= rate * 12 and first.says("backed up") and first.log_text().count(
-            "backed up") >= 2, 60, "12 s of input and backups", explain=first.tail)
+        backed_up = (lambda: first.log_text().count("backed up") >= 2) if source == "backup" else (lambda: True)
+        wait_until(lambda: feeder.sent >= rate * 12 and backed_up(), 60, "12 s of input and backups",
+                   explain=first.tail)
         assert first.alive, first.tail()
         first.kill()
         sent_at_kill = feeder.sent
@@ -231,7 +239,9 @@ def test_machine_loss_restores_the_backup_and_state_and_output_stay_exact(
         restarted.kill()
     assert code == 0, restarted.tail()
     assert 0 < sent_at_kill < len(records)
-    assert restarted.says("restored"), restarted.tail()  # the state came from the backup
+    assert restarted.says("restored"), restarted.tail()  # the state came from the backup or the changelog
+    if source == "changelog":  # at the committed offset already: nothing replayed
+        assert restarted.says(".changelog: ") and not restarted.says("replayed"), restarted.tail()
 
     store_dir = state_dir / pipeline.pipeline / "counter"
     state = _merged(store_states(store_dir))

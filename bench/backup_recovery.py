@@ -9,6 +9,9 @@ processed and backed up; then the target refuses while `--gap` more records are 
 SIGKILLed and its state dir deleted, the target heals, `--after` more records arrive, and the clock runs
 until the group has committed every input record (so the lost partitions are restored, replayed and live).
 The survivor's log gives the restore and replay times per partition.
+
+`--source changelog` (exactly-once output) keeps no backups: the state has a changelog topic instead
+(`state.changelog: true`), and the lost partitions are read back from it, with nothing to replay.
 """
 
 from __future__ import annotations
@@ -44,7 +47,12 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--after", type=int, default=10_000, help="records produced right after the kill")
     parser.add_argument("--output", default="at_least_once", choices=["at_least_once", "exactly_once"])
+    parser.add_argument("--source", default="backup", choices=["backup", "changelog"],
+                        help="where the lost state comes back from (changelog: exactly-once output only)")
     args = parser.parse_args()
+    if args.source == "changelog" and args.output != "exactly_once":
+        parser.error("--source changelog needs --output exactly_once")
+    changelog = args.source == "changelog"
     with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         hdfs = RemoteHdfs(tmp / "hdfs")
@@ -58,8 +66,9 @@ def main() -> None:
                 "class": "tests.apps.counting:WordCount", "inputs": ["words"], "outputs": ["counts"],
                 "semantics": {"state": "exactly_once", "output": args.output},
                 "checkpoint": {"interval": "1s"},
-                "state": {"dir": str(tmp / "state-a"), "backup": {"uri": uri, "interval": "2s", "keep": 3,
-                                                                "timeout": "10s"}},
+                "state": {"dir": str(tmp / "state-a")} | (
+                    {"changelog": True} if changelog else
+                    {"backup": {"uri": uri, "interval": "2s", "keep": 3, "timeout": "10s"}}),
             }},
         }
         paths = {}
@@ -78,10 +87,12 @@ def main() -> None:
                                     log=tmp / f"{side}.log") for side in "ab"}
         try:
             wait_for(done, 300, "phase 1 to be committed", interval=1.0)
-            wait_for(lambda: sum((m.offset or 0) if (m := r.newest()) else 0 for r in repos) == args.records, 60,
-                     "backups of phase 1", interval=1.0)
-            hdfs.send("refuse", 503)
-            print(f"backups at {args.records:,}; the target refuses; loading the gap of {args.gap:,} ...", flush=True)
+            if not changelog:
+                wait_for(lambda: sum((m.offset or 0) if (m := r.newest()) else 0 for r in repos) == args.records,
+                         60, "backups of phase 1", interval=1.0)
+                hdfs.send("refuse", 503)
+            print(f"{args.records:,} committed{'' if changelog else ' and backed up; the target refuses'}; loading "
+                  f"the gap of {args.gap:,} ...", flush=True)
             load_input(bootstrap, "words", args.gap, args.keys)
             wait_for(done, 300, "the gap to be committed", interval=1.0)
             state_a = tmp / "state-a" / name / "counter"
@@ -108,7 +119,7 @@ def main() -> None:
             hdfs.close()
         log_b = (tmp / "b.log").read_text()
         for line in log_b.splitlines():
-            if re.search(r"restoring backup|restored \S+ to offset|replayed offsets|assigned", line):
+            if re.search(r"restoring backup|restored \S+ (to offset|from)|replayed offsets|assigned", line):
                 print("  b:", line.split(" ", 3)[-1][:200])
 
 

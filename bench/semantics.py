@@ -3,9 +3,9 @@
     .venv/bin/python -m bench.semantics --records 400000 --heavy-records 60000 --repeat 3
 
 1. Counter Node (processors/counter.py) records/s under each (state, output) pair; the cost of
-   exactly-once against at-least-once. `--without-ids` adds exactly-once with `output_ids: never`: record
-   outputs without their `stylus.id` header, as on a cluster that hides aborted transactions (Kafka; the
-   embedded broker shows them, so there the ids stay: `auto`).
+   exactly-once against at-least-once. `--changelog` adds exactly-once with `state.changelog: true` (every
+   checkpoint's state changes also produced to a compacted topic in its transaction); `--partitions` sets the
+   input's partitions, all held by the one worker (its transaction carries all of them).
 2. Figure 9: a deserialisation-heavy at-most-once processor (4 KB JSON values, checkpoint every 20 ms)
    with checkpoints overlapped with processing (`checkpoint.overlap: true`: the worker goes on consuming,
    decoding and processing while the checkpoint's commit, state write, output produce and flush are in
@@ -45,7 +45,7 @@ from bench.latency_proxy import LatencyProxy, proxied_broker
 from stylus import Context, Processor, Record
 from stylus.config import parse_pipeline
 from stylus.config.model import TopicSpec
-from stylus.kafka.admin import create_topics, delete_topics
+from stylus.kafka.admin import create_topics, delete_topics, pipeline_topics
 from stylus.kafka.broker import EmbeddedBroker
 from stylus.kafka.settings import PRODUCER_DEFAULTS
 from stylus.runtime.stats import Timing
@@ -125,35 +125,36 @@ def _quantile(timing: Timing, q: float) -> float:
 
 def run_worker(bootstrap: str, topic_in: str, records: int, cls: str, state: str | None, output: str,
                interval: str, overlap: bool, state_dir: str, batch_size: int | None = None,
-               proxy: LatencyProxy | None = None, output_ids: str | None = None) -> Run:
+               proxy: LatencyProxy | None = None, changelog: bool = False, partitions: int = PARTITIONS) -> Run:
     topic_out = f"sem-out-{uuid.uuid4().hex[:6]}"
-    semantics = {"output": output} | ({"state": state} if state else {}) | (
-        {"output_ids": output_ids} if output_ids else {})
+    semantics = {"output": output} | ({"state": state} if state else {})
     pipeline = parse_pipeline(json.dumps({
         "pipeline": f"sem-{uuid.uuid4().hex[:6]}",
         "kafka": {"bootstrap.servers": bootstrap},
-        "topics": {topic_in: {"partitions": PARTITIONS}, topic_out: {"partitions": PARTITIONS}},
+        "topics": {topic_in: {"partitions": partitions}, topic_out: {"partitions": partitions}},
         "processors": {"p": {"class": cls, "inputs": [topic_in], "outputs": [topic_out],
                              "config": {"window": "1h"}, "semantics": semantics,
                              "checkpoint": {"interval": interval, "overlap": overlap},
-                             "state": {"dir": state_dir}, "on_error": "skip"}
+                             "state": {"dir": state_dir} | ({"changelog": True} if changelog else {}),
+                             "on_error": "skip"}
                        | ({"batch_size": batch_size} if batch_size else {})},
     }))
-    create_topics(bootstrap, {topic_out: TopicSpec(partitions=PARTITIONS)})
+    made = {t: spec for t, spec in pipeline_topics(pipeline).items() if t != topic_in}  # output (and changelog)
+    create_topics(bootstrap, made)
     seen: list[Worker] = []
     cpu, proxy_cpu, times = time.process_time(), proxy.cpu_seconds() if proxy else 0.0, os.times()
     rate = time_worker(pipeline, "p", bootstrap, records, after=seen.append)
     cpu, proxy_cpu = time.process_time() - cpu, (proxy.cpu_seconds() - proxy_cpu if proxy else 0.0)
     ended = os.times()
-    delete_topics(bootstrap, [topic_out])
+    delete_topics(bootstrap, list(made))
     timing = seen[0].stats.checkpoint
     return Run(rate, cpu / records * 1e6, timing.count, timing.total, _quantile(timing, 0.5),
                _quantile(timing, 0.9), os.getloadavg()[0], seen[0].stats.batch.total, proxy_cpu / records * 1e6,
                (ended.user - times.user) / records * 1e6, (ended.system - times.system) / records * 1e6)
 
 
-def _config_name(state: str | None, output: str, output_ids: str | None) -> str:
-    return f"counter {state}/{output}" + (f" output_ids={output_ids}" if output_ids else "")
+def _config_name(state: str | None, output: str, changelog: bool) -> str:
+    return f"counter {state}/{output}" + (" changelog" if changelog else "")
 
 
 def _median_us(runs: list[Run], kind: str) -> float:
@@ -231,9 +232,9 @@ def main() -> None:
     parser.add_argument("--only", choices=("all", "counter", "figure9"), default="all")
     parser.add_argument("--pairs", default="", help="counter pairs, e.g. at_least_once/at_least_once,exactly_once/"
                         "exactly_once (default: all five)")
-    parser.add_argument("--without-ids", action="store_true", help="also run exactly_once/exactly_once with "
-                        "`output_ids: never`: what exactly-once costs on a cluster that hides aborted transactions "
-                        "(Kafka), where record outputs need no stylus.id (not crash-safe on the embedded broker)")
+    parser.add_argument("--changelog", action="store_true", help="also run exactly_once/exactly_once with "
+                        "`state.changelog: true`: what writing the changelog in the transaction costs")
+    parser.add_argument("--partitions", type=int, default=PARTITIONS, help="input and output partitions (counter)")
     parser.add_argument("--fig9-interval", default="auto", help="checkpoint interval (Figure 9); auto: 20ms on "
                         "the local broker, else long enough for checkpoint I/O ~ processing between checkpoints")
     parser.add_argument("--broker-latency", type=float, default=0.0, metavar="MS",
@@ -254,25 +255,26 @@ def main() -> None:
             broker = stack.enter_context(EmbeddedBroker())
         bootstrap = broker.bootstrap
         light, heavy = f"sem-in-{uuid.uuid4().hex[:6]}", f"sem-heavy-{uuid.uuid4().hex[:6]}"
-        create_topics(bootstrap, {light: TopicSpec(partitions=PARTITIONS), heavy: TopicSpec(partitions=PARTITIONS)})
+        create_topics(bootstrap, {light: TopicSpec(partitions=args.partitions),
+                                  heavy: TopicSpec(partitions=PARTITIONS)})
         if args.only in ("all", "counter"):
             print(f"loading {args.records:,} counter records ...", flush=True)
             load(bootstrap, light, args.records, heavy=False)
-            configs = [(state, output, None) for state, output in pairs]
-            if args.without_ids:
-                configs.append(("exactly_once", "exactly_once", "never"))
+            configs = [(state, output, False) for state, output in pairs]
+            if args.changelog:
+                configs.append(("exactly_once", "exactly_once", True))
             runs: dict[str, list[Run]] = {_config_name(*c): [] for c in configs}
             for _ in range(args.repeat):
-                for state, output, ids in configs:
-                    runs[_config_name(state, output, ids)].append(run_worker(
+                for state, output, changelog in configs:
+                    runs[_config_name(state, output, changelog)].append(run_worker(
                         bootstrap, light, args.records, "processors.counter:CounterNode", state, output, "2s",
-                        True, f"{tmp}/{uuid.uuid4().hex}", output_ids=ids))
+                        True, f"{tmp}/{uuid.uuid4().hex}", changelog=changelog, partitions=args.partitions))
             summaries = {name: _summary(name, r) for name, r in runs.items()}
             results |= summaries
             alo = "counter at_least_once/at_least_once"
-            for eo in ("counter exactly_once/exactly_once", _config_name("exactly_once", "exactly_once", "never")):
+            for eo in ("counter exactly_once/exactly_once", _config_name("exactly_once", "exactly_once", True)):
                 if eo in summaries and alo in summaries:
-                    label = "exactly-once" + (" without record ids" if "never" in eo else "")
+                    label = "exactly-once" + (" with a changelog" if "changelog" in eo else "")
                     for kind in ("best", "median"):
                         cost = 1 - summaries[eo][kind] / summaries[alo][kind]  # type: ignore[operator]
                         print(f"{label} costs {cost:.1%} against at-least-once ({kind})")

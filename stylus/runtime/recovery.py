@@ -111,7 +111,7 @@ class PartitionOpener:
         back from the partition's changelog, whose committed records are exactly the state changes of the
         transactions up to C (their previous owner is fenced already, so none is left open): the state is
         then at C, with nothing to replay."""
-        if committed is None or kv.get(PartitionStore.OFFSET_KEY) is not None:
+        if not committed or kv.get(PartitionStore.OFFSET_KEY) is not None:  # nothing committed: nothing to read
             return
         changelog = self.pipeline.changelog_topic(self.name, topic)
         log.info("%s: local state of %s[%d] is missing; restoring it from %s (the group committed %d)",

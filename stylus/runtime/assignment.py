@@ -71,7 +71,7 @@ class Assignment:
         if fresh and partitions:
             self.opener.restart_time()
             if self.transaction is not None:  # no partition names this producer yet: claim them before output
-                self.transaction.claim([one.task for one in opened])
+                self.transaction.claim([(one.task, one.committed) for one in opened])
         for tp, one in zip(partitions, opened, strict=True):
             tp.offset = one.task.next_offset if one.task.next_offset is not None else OFFSET_STORED
         if partitions:

@@ -35,7 +35,7 @@ from stylus.monoid.backend import PostgresBackend
 from stylus.runtime.changelog import restore as restore_changelog
 from stylus.runtime.replay import replay_suppressed
 from stylus.runtime.timeline import FiredTimer, fired_timers
-from stylus.runtime.transactions import MARKS_META, TXN_TIMEOUT, WorkerTransaction
+from stylus.runtime.transactions import MARKS_META, TXN_TIMEOUT, WorkerTransaction, empty_state_at
 from stylus.state.backup import BackupManager
 from stylus.state.backup.manager import PIN_META
 from stylus.state.kv import RocksKV
@@ -132,16 +132,17 @@ class PartitionOpener:
         else:
             committed = opened.committed.offset if opened.committed.offset >= 0 else None
         if self.spec.stateful and isinstance(task.store, PartitionStore) and isinstance(task.store.kv, RocksKV):
-            self._catch_up(task, committed)
+            self._catch_up(task, committed, empty=empty_state_at(opened.committed.metadata))
         if txn is not None and committed is not None:  # the transaction moved C; nothing local is ahead of it
             task.next_offset = task.committed_offset = committed
 
-    def _catch_up(self, task: PartitionTask, committed: int | None) -> None:
+    def _catch_up(self, task: PartitionTask, committed: int | None, *, empty: bool = False) -> None:
+        """R4. `empty`: the committed offset is the partition's start (a `start@` claim), whose state is empty."""
         store = task.store
         assert isinstance(store, PartitionStore)
         if store.meta(PIN_META) is not None:  # a state chosen by hand (`stylus backup restore`): honoured once
             store.set_meta(PIN_META, None)
-        if committed is None or (task.next_offset is not None and committed <= task.next_offset):
+        if committed is None or empty or (task.next_offset is not None and committed <= task.next_offset):
             return
         key = (task.topic, task.partition)
         if task.next_offset is None:  # no state at all, though the group has moved on: rebuild it

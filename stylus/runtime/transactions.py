@@ -169,6 +169,13 @@ class TxnSnapshot:
 RELEASED = "released"
 #: The offset metadata an owner commits as soon as it is assigned a partition (`WorkerTransaction.claim`).
 OWNED = "owned"
+#: A claim of a partition whose state at the committed offset is empty: nothing was ever processed from it.
+START = "start"
+
+
+def empty_state_at(metadata: str | None) -> bool:
+    """Whether the committed offset is a partition's start (its state there is empty, nothing to rebuild)."""
+    return bool(metadata) and str(metadata).startswith(f"{START}@")
 
 
 def owner_to_fence(metadata: str | None) -> str | None:
@@ -306,16 +313,22 @@ class WorkerTransaction:
         self.begin()
         return committed
 
-    def claim(self, tasks: list[PartitionTask]) -> None:
-        """Commit `owned@<id>` as the metadata of each newly assigned partition's committed offset, before any
-        output of ours: whoever takes a partition from this producer next knows to fence it
-        (`fence_previous_owners`). A partition the group never committed starts where auto.offset.reset
-        says, and that start is what is committed."""
-        for task in tasks:
+    def claim(self, claims: list[tuple[PartitionTask, TopicPartition]]) -> None:
+        """Commit `owned@<id>` as the metadata of each newly assigned partition's committed offset (given with
+        its metadata), before any output of ours: whoever takes a partition from this producer next knows to
+        fence it (`fence_previous_owners`). A partition the group never committed starts where
+        auto.offset.reset says, and that start is committed as `start@<id>`, as is a start claimed before and
+        not yet checkpointed: its next owner then knows the state there is empty, not missing."""
+        starts: list[PartitionTask] = []
+        owned: list[PartitionTask] = []
+        for task, committed in claims:
             if task.committed_offset is None and task.next_offset is None:
-                start = self._reset_offset(task)
-                task.next_offset = task.committed_offset = start
-        self._mark(tasks, OWNED)
+                task.next_offset = task.committed_offset = self._reset_offset(task)
+                starts.append(task)
+            else:
+                (starts if empty_state_at(committed.metadata) else owned).append(task)
+        self._mark(starts, START)
+        self._mark(owned, OWNED)
 
     def _reset_offset(self, task: PartitionTask) -> int | None:
         reset = str(client_config("consumer", self.bootstrap, self.pipeline, self.processor).get(

@@ -33,7 +33,7 @@ class PartitionTask:
         self.partition = partition
         self.store = store
         self.state: StateMap | MemoryState | None = store.state if store is not None else None
-        self.sink: Any = None  # a per-partition sink (exactly-once output: one transaction per partition)
+        self.sink: Any = None  # a per-partition sink (exactly-once output: into the worker's transaction)
         stored = store.stored_offset() if store is not None else None
         self.next_offset: int | None = stored  # next input offset to process
         self.committed_offset: int | None = stored  # last offset saved by a checkpoint

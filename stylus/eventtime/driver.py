@@ -2,11 +2,11 @@
 
 Where a control record may be written depends on the output semantics: with output going straight
 to the producer (at-least-once), right away, behind the data already handed to the same producer;
-with output held until the checkpoint (at-most-once) or committed in per-partition transactions
+with output held until the checkpoint (at-most-once) or committed in the worker's transaction
 (exactly-once), only after the checkpoint made that output visible, carrying the watermark as it was
 when the checkpoint began (so it never covers output still held or uncommitted). The control record
-itself goes through the worker's plain idempotent producer: a transaction per input partition cannot
-carry a mark that covers every partition, and a committed-after-the-data record is what readers need.
+itself goes through the worker's plain idempotent producer, after the commit: a record that follows the
+committed data is what readers need.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ class FailurePolicy:
                 f"processor `{self.processor}`: {stage} failed at {where}: {type(exc).__name__}: {exc}",
                 msg.offset(),
             ) from exc
-        sink = task.sink or self.sink  # exactly-once: the dead letter joins the partition's transaction
+        sink = task.sink or self.sink  # exactly-once: the dead letter joins the worker's transaction
         if self.policy == "dead_letter" and sink is not None:
             headers = without_error_headers(msg.headers()) + error_headers(msg, exc, stage)
             headers.append(("stylus.processor", self.processor.encode()))

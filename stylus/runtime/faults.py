@@ -5,8 +5,8 @@
 `state` step finishes (once), so a test can start a rebalance, stall the broker or let a transaction time
 out in the middle of a checkpoint. Points are the step names of stylus/runtime/checkpoint.py plus the
 transaction's inner points `txn.stage`, `txn.commit`, `txn.apply`, and `txn.stage.no-input` (a
-transaction of timers only, which consumed no input). `STYLUS_FAULT_ABORT_AT=txn.stage:3` fails the 3rd
-partition transaction to reach `txn.stage` with `Aborted`, as a lost connection or a hung client call
+transaction of timers only, which consumed no input). `STYLUS_FAULT_ABORT_AT=txn.stage:3` fails the
+transaction with `Aborted` the 3rd time a partition is staged (`txn.stage`), as a lost connection or a hung client call
 would (after the pause, where both name the same point). Unset (the normal case), each costs one
 attribute check per step.
 """

@@ -78,7 +78,7 @@ CALL_ATTEMPTS = 3
 
 
 class TransactionalSink(KafkaSink):
-    """A KafkaSink into one partition's transaction; outputs carry `stylus.id` where `stamp` asks for it."""
+    """One partition's KafkaSink into the worker's transaction; outputs carry `stylus.id` where `stamp` asks."""
 
     def __init__(self, producer: Producer, pipeline: Pipeline, outputs: tuple[str, ...], ctx: EngineContext,
                  prefix: str, max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES, *, stamp: bool = False) -> None:

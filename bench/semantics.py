@@ -73,7 +73,7 @@ class HeavyDecode(Processor):
         ctx.emit({"id": doc["id"], "total": total, "n": n}, key=record.key)
 
 
-def load(bootstrap: str, topic: str, records: int, heavy: bool) -> None:
+def load(bootstrap: str, topic: str, records: int, heavy: bool, keys: int = 1000) -> None:
     producer = Producer({**PRODUCER_DEFAULTS, "bootstrap.servers": bootstrap, "linger.ms": 20})
     rng = random.Random(3)
     base = 1_700_000_000_000
@@ -85,7 +85,7 @@ def load(bootstrap: str, topic: str, records: int, heavy: bool) -> None:
             value = {"id": i}
         while True:
             try:
-                producer.produce(topic, orjson.dumps(value), f"k{rng.randrange(1000)}".encode(),
+                producer.produce(topic, orjson.dumps(value), f"k{rng.randrange(keys)}".encode(),
                                  timestamp=base + i)
                 break
             except BufferError:
@@ -235,6 +235,7 @@ def main() -> None:
     parser.add_argument("--changelog", action="store_true", help="also run exactly_once/exactly_once with "
                         "`state.changelog: true`: what writing the changelog in the transaction costs")
     parser.add_argument("--partitions", type=int, default=PARTITIONS, help="input and output partitions (counter)")
+    parser.add_argument("--keys", type=int, default=1000, help="distinct keys of the counter's input (its state)")
     parser.add_argument("--fig9-interval", default="auto", help="checkpoint interval (Figure 9); auto: 20ms on "
                         "the local broker, else long enough for checkpoint I/O ~ processing between checkpoints")
     parser.add_argument("--broker-latency", type=float, default=0.0, metavar="MS",
@@ -259,7 +260,7 @@ def main() -> None:
                                   heavy: TopicSpec(partitions=PARTITIONS)})
         if args.only in ("all", "counter"):
             print(f"loading {args.records:,} counter records ...", flush=True)
-            load(bootstrap, light, args.records, heavy=False)
+            load(bootstrap, light, args.records, heavy=False, keys=args.keys)
             configs = [(state, output, False) for state, output in pairs]
             if args.changelog:
                 configs.append(("exactly_once", "exactly_once", True))

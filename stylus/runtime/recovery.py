@@ -135,6 +135,10 @@ class PartitionOpener:
             self._catch_up(task, committed, empty=empty_state_at(opened.committed.metadata))
         if txn is not None and committed is not None:  # the transaction moved C; nothing local is ahead of it
             task.next_offset = task.committed_offset = committed
+        elif task.next_offset is not None and (committed is None or committed < task.next_offset):
+            # local state ahead of the group (its offsets commit failed in a rebalance): the next checkpoint
+            # commits the local offset, or the group would lag the state until new input arrived
+            task.committed_offset = committed
 
     def _catch_up(self, task: PartitionTask, committed: int | None, *, empty: bool = False) -> None:
         """R4. `empty`: the committed offset is the partition's start (a `start@` claim), whose state is empty."""

@@ -11,8 +11,11 @@ from collections import Counter
 from pathlib import Path
 
 import orjson
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from tests.conftest import PipelineFactory
+from tests.support.chaos import group_offsets, topic_ends
 from tests.support.cli import ROOT, run_stylus, stylus_cmd, stylus_env, wait_for_text
 from tests.support.kafka import produce, read_raw
 from tests.support.state import summed_state
@@ -203,3 +206,32 @@ def test_exactly_once_instance_takes_partitions_back_without_waiting_on_its_own_
     for out in outputs:
         per_word.setdefault(out["word"], []).append(out["count"])
     assert {w: sorted(c) for w, c in per_word.items()} == {f"w{k}": list(range(1, 41)) for k in range(20)}
+
+
+def test_local_state_ahead_of_the_group_gets_its_offsets_committed(
+        bootstrap: str, pipeline_factory: PipelineFactory, tmp_path: Path) -> None:
+    """The group's committed offsets fall behind the local state when a commit is refused in a rebalance (the
+    state and its offset are already in RocksDB). A restart resumes at the local offset, and must commit it
+    even with no new input: the group would otherwise show lag, and another instance would replay, forever."""
+    doc = counter_doc()
+    doc["processors"]["counter"].update(  # type: ignore[index]
+        {"semantics": {"state": "exactly_once", "output": "at_least_once"}, "state": {"dir": str(tmp_path / "s")}})
+    path, pipeline = pipeline_factory(doc)
+    words = pipeline.processors["counter"].inputs[0]
+    produce(bootstrap, words, [(f"w{i % 7}", {"word": f"w{i % 7}"}) for i in range(400)])
+    assert run_stylus("run", str(path), "--exit-when-idle", "1", bootstrap=bootstrap).returncode == 0
+    group = pipeline.group_id("counter")
+    ends = {p: high for p, (_, high) in topic_ends(bootstrap, words, PARTITIONS).items()}
+    assert group_offsets(bootstrap, group, words, PARTITIONS) == ends
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until its futures are answered
+    rewind = admin.alter_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group, [TopicPartition(words, p, 0) for p in range(PARTITIONS)])])
+    for future in rewind.values():
+        future.result(30)
+    assert set(group_offsets(bootstrap, group, words, PARTITIONS).values()) == {0}
+
+    done = run_stylus("run", str(path), "--exit-when-idle", "1", bootstrap=bootstrap)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert group_offsets(bootstrap, group, words, PARTITIONS) == ends, done.stdout[-3000:]
+    assert final_state(tmp_path / "s", pipeline.pipeline, words) == Counter({f"w{j}": len(range(j, 400, 7))
+                                                                              for j in range(7)})

@@ -8,14 +8,14 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 
 install: $(STAMP) .venv/.debs .jars/.installed
 
-# the runtime dependencies at the versions the image pins (docker/*.lock): the same on every machine,
-# whatever the package index has published since
+# every extra (Spark, HDFS, PostgreSQL, ...: `pip install stylus` alone brings only the core) at the versions
+# the image pins (docker/*.lock): the same on every machine, whatever the package index has published since
 LOCKS   := docker/requirements.lock docker/requirements-spark.lock
 
 $(STAMP): pyproject.toml $(LOCKS)
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]' $(addprefix -c ,$(LOCKS))
+	$(PY) -m pip install --quiet -e '.[all,dev]' $(addprefix -c ,$(LOCKS))
 	touch $(STAMP)
 
 .venv/.debs: scripts/install-debs.sh scripts/postgres.sh

@@ -8,13 +8,13 @@ run over the same real confluent-kafka `Message`s, consumed once from the embedd
 memory, and each produces to the same kind of producer, one whose broker never answers (it only queues, as
 librdkafka does before sending). So they differ only in the Python each runs per record:
 - raw: the body of `bench.throughput`'s raw loop (decode, filter or count in a dict, encode, produce);
-- floor: the least any engine offering SPEC section 2's API does per record, and nothing else: a `Record`
-  with the key decoded, a `process` call, an `emit` call that encodes and holds its output until `process`
-  returns, then `produce`; a plain dict as the state. No failure handling, no timers, no per-partition
+- floor: the least any engine offering the Processor API (docs/reference.md) does per record, and nothing
+  else: a `Record` with the key decoded, a `process` call, an `emit` call that encodes and holds its output
+  until `process` returns, then `produce`; a plain dict as the state. No failure handling, no timers, no per-partition
   tasks, no offsets kept: the API's own price, which no engine work can take away;
 - engine: `Engine.process_messages` with the bench's processor and the worker's `KafkaSink`, its state a
   `StateMap` over RocksDB for the stateful one (no checkpoint is taken: the per-record part only).
-- batch floor: what a contract SPEC section 2 does not have would cost at least: one call per consumed batch
+- batch floor: what a contract the Processor API does not have would cost at least: one call per consumed batch
   with a list of `(key, value, timestamp)`, the processor calling `ctx.emit(value, key=..., timestamp=...)` per
   output, the engine keeping each partition's next offset. It prices the per-record API against the
   alternative (BENCHMARKS.md, issue 2); Stylus offers no such call.

@@ -14,13 +14,17 @@ import time
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import orjson
 from confluent_kafka import Producer
 
+from stylus.extras import require
 from stylus.kafka.settings import connect
+
+if TYPE_CHECKING:
+    import numpy as np
 
 TOPICS: tuple[str, ...] = ("sports", "music", "politics", "tech", "food", "travel", "science", "movies")
 
@@ -59,8 +63,17 @@ def topic_of(event: str) -> str:
     return TOPICS[zlib.crc32(event.encode()) % len(TOPICS)]
 
 
+def _numpy() -> ModuleType:
+    """numpy is the `demo` extra: the trending processors import this module for its constants alone."""
+    require("demo", "the event generator (processors.generator)")
+    import numpy
+
+    return numpy
+
+
 def zipf_weights(n: int, exponent: float) -> np.ndarray:
     """Probabilities of ranks 1..n under a finite Zipf law."""
+    np = _numpy()
     weights = 1.0 / np.arange(1, n + 1, dtype=np.float64) ** exponent
     return weights / weights.sum()
 
@@ -115,6 +128,7 @@ class EventGenerator:
     def __init__(self, config: GeneratorConfig | None = None) -> None:
         self.config = config or GeneratorConfig()
         cfg = self.config
+        self._np = np = _numpy()
         self.rng = np.random.default_rng(cfg.seed)
         self.event_cdf = np.cumsum(zipf_weights(cfg.events, cfg.event_skew))
         self.dim_cdf = np.cumsum(zipf_weights(cfg.dimensions, cfg.dimension_skew))
@@ -152,7 +166,7 @@ class EventGenerator:
 
     def _block(self, first: int) -> list[dict[str, Any]]:
         n = self.CHUNK
-        rng = self.rng
+        rng, np = self.rng, self._np
         event_idx = np.searchsorted(self.event_cdf, rng.random(n), side="right")
         dim_idx = np.searchsorted(self.dim_cdf, rng.random(n), side="right")
         type_idx = np.searchsorted(self.type_cdf, rng.random(n), side="right")

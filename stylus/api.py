@@ -1,4 +1,4 @@
-"""The processor API of SPEC section 2: `Processor`, `Record` and the `Context` it is handed."""
+"""The processor API (docs/reference.md, "Processor API"): `Processor`, `Record` and the `Context` it is handed."""
 
 from __future__ import annotations
 
@@ -99,11 +99,17 @@ def import_processor_class(path: str) -> type[Processor]:
     cwd = str(Path.cwd())
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
+    from stylus.extras import MissingExtra, extra_for
+
     try:
         module = importlib.import_module(module_name)
+    except MissingExtra as exc:
+        raise ProcessorImportError(f"module `{module_name}` cannot be imported: {exc.needs}", exc.fix) from exc
     except ModuleNotFoundError as exc:
+        extra = extra_for(exc.name) if exc.name != module_name else None
         raise ProcessorImportError(
             f"module `{module_name}` cannot be imported ({exc})",
+            f"pip install 'stylus[{extra}]'" if extra else
             "check the module path, and that it is installed or under the current directory",
         ) from exc
     except Exception as exc:

@@ -22,11 +22,15 @@ from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 from urllib.parse import urlparse
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
-
 from stylus.core.message import RawMessage
+from stylus.extras import MissingExtra, require
+
+try:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+except ModuleNotFoundError as exc:
+    raise MissingExtra("archive", "the Parquet archive (stylus.archive)") from exc
 
 SCHEMA = pa.schema([
     ("topic", pa.string()),
@@ -94,6 +98,7 @@ class HdfsFS:
     """WebHDFS via the `hdfs` package (the Hadoop jars bundled with pyspark cannot do webhdfs)."""
 
     def __init__(self, url: str, user: str | None = None) -> None:
+        require("hdfs", "an hdfs:// archive")
         from hdfs import InsecureClient
 
         self.client = InsecureClient(url, user=user or os.environ.get("HADOOP_USER_NAME"))
@@ -185,7 +190,7 @@ def read_segment_batches(root: str, path: str, start: int = 0, end: int = 2**63 
     """The records of one archive file with start <= offset < end, in offset order, in lists of at most `batch`.
 
     Why not row by row: this is a backfill task's input, and a Python step per record per column cost a task
-    more than reading the same records from Kafka (BENCHMARKS.md, issue 6). The range is cut by binary search on
+    more than reading the same records from Kafka. The range is cut by binary search on
     the sorted offsets, a slice of rows becomes Python objects column by column, and columns that hold one value
     (the topic and partition, the headers of a topic without any) are not converted per row."""
     fs, _ = open_root(root)
@@ -198,7 +203,7 @@ def read_segment_batches(root: str, path: str, start: int = 0, end: int = 2**63 
         table = table.sort_by("offset")  # written in offset order by `write_segment`; anything else is sorted
         column = table.column("offset")
     # the range is cut on the offsets as Python ints, which the messages need anyway: comparing the column with
-    # a Python int in Arrow would import pandas (~0.5 s in every fresh worker)
+    # a Python int in Arrow would import pandas, a slow import in every fresh worker
     offsets = column.to_pylist()
     low, high = bisect_left(offsets, start), bisect_left(offsets, end)
     for first in range(low, high, batch):

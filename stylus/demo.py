@@ -163,6 +163,9 @@ class _Generator(threading.Thread):
 def run_demo(pipeline_file: str | None, *, duration: float | None, rate: int, plain: bool,
              out: TextIO | None = None, ui_port: int = 0) -> int:
     """Run the demo until `duration` seconds pass (or Ctrl-C); print the final ranking; 0 on success."""
+    from stylus.extras import require
+
+    require("demo", "stylus demo")
     from processors.generator import Burst, pick_event
     from stylus.runtime.runner import PipelineRunner, resolved_bootstrap
 

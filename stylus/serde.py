@@ -12,7 +12,7 @@ Decoder = Callable[[bytes], Any]
 
 
 def _json_encode(value: Any) -> bytes:
-    # plain dumps is ~2.5x faster than with an option; non-str dict keys (rare) take the second call
+    # plain dumps is much faster than with an option; non-str dict keys (rare) take the second call
     try:
         return orjson.dumps(value)
     except TypeError:

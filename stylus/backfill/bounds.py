@@ -1,4 +1,4 @@
-"""The `--from` / `--to` values of `stylus backfill` and `stylus replay` (one syntax, documented in SPEC §3):
+"""The `--from` / `--to` values of `stylus backfill` and `stylus replay` (one syntax; docs/reference.md, "CLI"):
 
     earliest | latest          the partition's first record / its end
     offset:N                   offset N in every partition

@@ -1,9 +1,9 @@
 """PySpark's Python worker daemon with the backfill's modules imported once, before it forks.
 
 PySpark starts one daemon per executor (`python -m <spark.python.daemon.module>`) and forks every Python
-worker from it. The stock daemon imports nothing, so each worker of the first job of a session paid for
-its own imports (pyspark.worker, pyarrow, stylus, the processor's module: ~0.3 s CPU each, on the same
-cores as the JVM's first job). Imported here, a forked worker starts warm (BENCHMARKS.md, issue 6).
+worker from it. The stock daemon imports nothing, so each worker of the first job of a session would pay
+for its own imports (pyspark.worker, pyarrow, stylus, the processor's module), on the same cores as the
+JVM's first job. Imported here, a forked worker starts warm.
 
 PySpark forks only from a single-threaded daemon (a forked child gets no copy of other threads, so a
 lock one of them held stays locked): the imports here start no thread. pyarrow's jemalloc background

@@ -2,9 +2,9 @@
 
 Data path: one Spark partition per slot (k = executor cores; units balanced over the slots by planned size,
 `assign_slots`); the task reads its units' records itself and runs the processor (`stylus.backfill.task`),
-so records never become Spark rows (measured faster than a Python data source: BENCHMARKS.md, issue 6).
+so records never become Spark rows (faster than a Python data source: BENCHMARKS.md, "Backfill on Spark").
 Records mode is a plain RDD job (`parallelize(range(k), k).mapPartitions`) returning row tuples: the first
-DataFrame job of a session cost ~2 s more on the JVM. Monoid processors run per chunk through
+DataFrame job of a session costs the JVM planning and code generation. Monoid processors run per chunk through
 `mapInArrow`, and their per-chunk states are merged by key with the processor's `combine` after a
 shuffle (the reduceByKey path).
 """

@@ -22,9 +22,8 @@ from stylus.serde import encode_key, encoder
 OUTPUT_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()), ("timestamp", pa.int64()),
                            ("topic", pa.string())])
 SHADOW_HEADER = "stylus.topic"  # the topic a shadowed record was emitted to
-#: A backfill's producer batches more than a stream's (5 ms): its records keep no one waiting, and with fewer,
-#: larger produce requests the embedded broker's CPU over two 1M-record backfills fell from 0.4-0.5 s to
-#: 0.2-0.3 s (BENCHMARKS.md, issue 6); a shared cluster is spared them too. The YAML's own settings win.
+#: A backfill's producer batches more than a stream's (5 ms): its records keep no one waiting, and fewer,
+#: larger produce requests cost the broker less CPU. The YAML's own settings win.
 BULK_PRODUCER: dict[str, Any] = {"linger.ms": 50, "batch.num.messages": 100_000}
 
 
@@ -140,7 +139,7 @@ class TopicOutput(TaskOutput):
 
     def direct(self) -> DirectOutput | None:
         """The engine's hot path, as the stream's KafkaSink offers it: `ctx.emit` encodes, the engine calls
-        `produce` itself, no Python call per output (measured: BENCHMARKS.md, issue 6). Only where the
+        `produce` itself, no Python call per output. Only where the
         per-topic counts can be told from the engine's one counter (a single output topic, written under
         its own name) and nothing goes back to the driver."""
         if self.target is not None or self.collect or len(self.encoders) != 1:
@@ -167,7 +166,7 @@ class TopicOutput(TaskOutput):
         raw_key = key.encode("utf-8", "surrogateescape") if type(key) is str else encode_key(key)
         target = self.target
         try:
-            if target is None and not headers:  # positional: keywords cost confluent-kafka ~0.3 us a call
+            if target is None and not headers:  # positional: confluent-kafka parses keywords on every call
                 self.produce(topic, data, raw_key, -1, None, None, timestamp)
                 return
         except BufferError:
@@ -187,9 +186,9 @@ class TopicOutput(TaskOutput):
 
     def serve(self) -> None:
         """librdkafka keeps every produced record until its delivery report is served, reported or not
-        (`delivery.report.only.error` drops the successful ones only when served): unserved, a task held its
-        whole output (500,000 records here, ~150 MB), then met a full queue and waited 50 ms polling, and the
-        bulk release cost page faults. The stream's worker serves its producer the same way per batch."""
+        (`delivery.report.only.error` drops the successful ones only when served): unserved, a task would hold
+        its whole output in memory, then meet a full queue and wait polling, and the bulk release would cost
+        page faults. The stream's worker serves its producer the same way per batch."""
         self.producer.poll(0)
 
     def close(self) -> None:

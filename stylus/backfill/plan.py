@@ -59,11 +59,6 @@ class Plan(BaseModel):
     archive_root: str | None
     units: tuple[Unit, ...]
 
-    @property
-    def planned_offsets(self) -> int:
-        """Offsets covered (an upper bound on records: gaps and the time filter only remove)."""
-        return sum(c.size for u in self.units for c in u.chunks)
-
 
 class PartitionWindow(BaseModel):
     model_config = ConfigDict(frozen=True)

@@ -17,11 +17,10 @@ from stylus.kafka.reader import RecordsDeleted
 from stylus.kafka.settings import connect
 
 #: How far a range reads ahead: until ~20,000 records wait, 1 MB per fetch. A task keeps two ranges open (the
-#: unit it processes and the next), and librdkafka keeps ~350 bytes per queued small record. With 64 MB
-#: fetches and 100,000 records a range held 88 MB for a 250,000-record partition (all of it) and 124 MB for a
-#: 1,000,000-record one, in fresh pages: 0.1-0.14 page faults per record of a task. Bounded, a range holds
-#: ~28 MB and reuses it; a warm backfill took ~7% less CPU and half the kernel time (BENCHMARKS.md, issue 6).
-#: 1 MB per fetch still reads 50 MB/s from a broker 20 ms away.
+#: unit it processes and the next), and librdkafka keeps a few hundred bytes per queued small record: with
+#: librdkafka's large defaults a range would buffer most of a partition in fresh pages, page-faulting as it
+#: goes. Bounded, a range reuses the same few tens of MB. 1 MB per fetch still reads 50 MB/s from a broker
+#: 20 ms away.
 PREFETCH: dict[str, int] = {
     "queued.min.messages": 20_000,
     "fetch.max.bytes": 1 << 20,
@@ -103,19 +102,6 @@ class KafkaRange:
             self.consumer = None
 
 
-def read_kafka_batches(bootstrap: str, topic: str, partition: int, start: int, end: int, *,
-                       batch: int = 10_000, timeout: float = 30.0) -> Iterator[list[Any]]:
-    """Records start <= offset < end of one partition, in lists of at most `batch` (see KafkaRange)."""
-    yield from KafkaRange(bootstrap, topic, partition, start, end, timeout=timeout).batches(batch)
-
-
-def read_kafka(bootstrap: str, topic: str, partition: int, start: int, end: int,
-               timeout: float = 30.0) -> Iterator[Any]:
-    """The same records one at a time."""
-    for batch in read_kafka_batches(bootstrap, topic, partition, start, end, timeout=timeout):
-        yield from batch
-
-
 def open_chunk(chunk: Chunk, bootstrap: str) -> KafkaRange | None:
     """Start fetching a Kafka chunk now (None for an archive chunk: it is read when its turn comes)."""
     if chunk.source != "kafka":
@@ -133,12 +119,6 @@ def read_chunk_batches(chunk: Chunk, bootstrap: str, archive_root: str | None, b
     if archive_root is None or chunk.path is None:
         raise ValueError(f"archive chunk {chunk} without an archive root")
     yield from read_segment_batches(archive_root, chunk.path, chunk.start, chunk.end, batch)
-
-
-def read_chunk(chunk: Chunk, bootstrap: str, archive_root: str | None) -> Iterator[Any]:
-    """Records of one chunk with start <= offset < end, in offset order."""
-    for part in read_chunk_batches(chunk, bootstrap, archive_root, 10_000):
-        yield from part
 
 
 def open_unit(unit: Unit, bootstrap: str) -> KafkaRange | None:

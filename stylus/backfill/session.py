@@ -13,9 +13,8 @@ if TYPE_CHECKING:
 DRIVER_JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
 #: A local master's JVM is also its executor, on the same cores as the Python workers, and does little per
 #: record (records mode sends no rows through it), so the C2 compiler's work never pays back within a
-#: backfill: with it, the JVM took 0.4-0.6 s of CPU compiling during a session's second 1M-record backfill
-#: (0.08-0.24 s with C1 only) and 1.3-1.5 s per monoid backfill, whose shuffle does run on the JVM (0.6 s
-#: with C1 only, and faster end to end). Measured: BENCHMARKS.md, issue 6.
+#: backfill: its compiling takes CPU from the Python workers on the same cores, in records mode and in the
+#: monoid path's shuffle alike (BENCHMARKS.md, "Backfill on Spark").
 LOCAL_JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 

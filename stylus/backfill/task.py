@@ -113,8 +113,8 @@ class UnitRun:
         task = self._task_for(unit.topic, unit.partition)
         collecting = gc.isenabled()
         if collecting and os.environ.get("STYLUS_BACKFILL_GC") != "1":
-            # measured: the cyclic GC took ~8% of a task, mostly re-scanning consumed messages (tracked
-            # objects, 10,000 per fetch); the engine makes no cycles, so collect once at the end instead
+            # the cyclic GC would mostly re-scan consumed messages (tracked objects, thousands per fetch);
+            # the engine makes no cycles, so collect once at the end instead
             gc.disable()
         try:
             # timers fire after each batch of `batch_size` records, as the stream's consume loop does;
@@ -196,7 +196,7 @@ def run_slot(job: JobSpec, units_json: list[str], indexes: list[int]) -> Iterato
             yield from run.rows()
             output = run.output
         # Delivery is awaited once, here: a unit's records go on being delivered while the next one runs
-        # (waiting after each unit left the task idle 0.4-0.5 s per 250k-record unit: BENCHMARKS.md, issue 6).
+        # (waiting after each unit would leave the task idle while the broker acknowledges).
         # The task ends only after this wait, so a delivery failure still fails it (and Spark retries it).
         if output is not None:
             output.wait()
@@ -219,8 +219,8 @@ def run_slots_rows(job_json: str, units_json: list[str], slots: list[list[int]],
                    numbers: Iterator[int]) -> Iterator[tuple[Any, ...]]:
     """RDD `mapPartitions` body (records mode): the same slots, the result rows as plain tuples (PySpark
     pickles them in batches). A plain RDD job, not a DataFrame one: no Catalyst planning, code generation
-    or Arrow exchange on the JVM (the first DataFrame job of a session took ~2 s longer), and no `pa.array`
-    in the worker (the first one of a process imports pandas: ~0.25 s; BENCHMARKS.md, issue 6)."""
+    or Arrow exchange on the JVM (which make the first DataFrame job of a session slow to start), and no
+    `pa.array` in the worker (the first one of a process imports pandas)."""
     job = JobSpec.model_validate_json(job_json)
     for slot in numbers:
         yield from run_slot(job, units_json, slots[slot])

@@ -1,4 +1,4 @@
-"""`stylus backfill`: run one processor's own code on Spark over historical input (SPEC §3)."""
+"""`stylus backfill`: run one processor's own code on Spark over historical input (docs/backfill.md)."""
 
 from __future__ import annotations
 
@@ -104,6 +104,9 @@ def backfill_command(pipeline_file: str, name: str, start: str | None, stop: str
                      source: str, archive_root: str | None, chunk_size: int, no_progress: bool,
                      target: str | None, seed_state: bool, summary_file: str | None) -> None:
     """Run the processor's own process/on_timer code on Spark over historical input."""
+    from stylus.extras import require
+
+    require("spark", "stylus backfill")
     from stylus.backfill.runner import parse_output
     from stylus.cli.main import emit_result
     from stylus.runtime.runner import resolved_bootstrap

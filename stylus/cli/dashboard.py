@@ -13,6 +13,9 @@ import click
 def dashboard(pipeline_file: str, output: str | None) -> None:
     """Print a Grafana dashboard (JSON) for the pipeline."""
     from stylus.cli.main import emit_result, load_or_exit
+    from stylus.extras import require
+
+    require("grafana", "stylus dashboard")
     from stylus.monitoring.dashboard import render_dashboard
 
     emit_result(render_dashboard(load_or_exit(pipeline_file)), output)

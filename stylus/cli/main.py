@@ -23,6 +23,8 @@ def setup_logging(verbose: bool = False) -> None:
                                                   logging.INFO)
     logging.basicConfig(level=level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    # the Kafka client's own log lines (where a client forwards them: stylus/kafka/reach.py) only with -v
+    logging.getLogger("stylus.kafka.client").setLevel(logging.DEBUG if verbose else logging.CRITICAL + 1)
 
 
 def emit_result(text: str, output: str | None) -> None:
@@ -63,13 +65,18 @@ class StylusGroup(click.Group):
             if os.environ.get("STYLUS_DEBUG"):
                 raise
             from stylus.config.secrets import scrub
+            from stylus.errors import ClearError
+
+            if isinstance(exc, ClearError):  # its message names the setting, its origin and the fix
+                click.echo(scrub(f"error: {exc}"), err=True)
+                sys.exit(1)
 
             click.echo(scrub(f"error: {type(exc).__name__}: {exc}"), err=True)
             sys.exit(1)
 
 
 @click.group(cls=StylusGroup)
-@click.option("--verbose", "-v", is_flag=True, help="debug logging")
+@click.option("--verbose", "-v", is_flag=True, help="debug logging, including the Kafka client's own log")
 def cli(verbose: bool) -> None:
     """Stylus: realtime processors on Kafka with local RocksDB state."""
     setup_logging(verbose)
@@ -80,10 +87,12 @@ def cli(verbose: bool) -> None:
 @output_option
 def validate(pipeline_file: str, output: str | None) -> None:
     """Check the YAML and import every processor class."""
+    from stylus.cli.cluster import check_cluster
     from stylus.describe import describe
 
     pipeline = load_or_exit(pipeline_file, import_classes=True)
-    emit_result(f"ok: {pipeline_file} is valid\n" + describe(pipeline), output)
+    note = check_cluster(pipeline)  # a reachable configured broker: its topics must match the declarations
+    emit_result(f"ok: {pipeline_file} is valid\n" + (f"{note}\n" if note else "") + describe(pipeline), output)
 
 
 @cli.command()

@@ -24,6 +24,9 @@ def replay_command(pipeline_file: str, name: str, start: str | None, stop: str |
                    source: str, archive_root: str | None, chunk_size: int, no_progress: bool, shadow: str,
                    show_diff: bool, limit: int, output: str | None) -> None:
     """Re-run current code over past input into a shadow topic."""
+    from stylus.extras import require
+
+    require("spark", "stylus replay")
     from stylus.backfill.diff import diff_outputs, live_outputs, replayed
     from stylus.backfill.outputs import OutputTarget
     from stylus.cli.main import emit_result

@@ -16,9 +16,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from stylus.config.applicability import check_applicability
 from stylus.config.env import MissingVariable, expand_env
 from stylus.config.errors import PipelineError, Problem
-from stylus.config.model import NAME_PATTERN, FixableError, Pipeline
+from stylus.config.model import NAME_PATTERN, FixableError, Pipeline, ProcessorSpec
 
 MAX_FILE_BYTES = 1 << 20  # YAML bombs and accidental binaries stop here
 MAX_NODES = 100_000  # YAML nodes after alias expansion: a "billion laughs" file is small but expands
@@ -69,6 +70,11 @@ def parse_pipeline(
     except RecursionError as exc:  # a chain of processors longer than Python's recursion limit
         raise PipelineError(file, [Problem("processors", "the processors form too long a chain to check",
                                            "split the pipeline into several files")]) from exc
+    from stylus.config.profiles import apply_profile_defaults  # STYLUS_PROFILE fills unset state dir/backup
+
+    if not problems:  # settings that would be accepted and then do nothing (stylus/config/applicability.py)
+        pipeline = apply_profile_defaults(pipeline)
+        problems = check_applicability(pipeline)
     if not problems and import_classes:
         problems = check_classes(pipeline)
     for i, problem in enumerate(problems):
@@ -76,9 +82,7 @@ def parse_pipeline(
             problems[i] = Problem(problem.path, problem.message, problem.fix, _line_for(problem.path, lines))
     if problems:
         raise PipelineError(file, problems)
-    from stylus.config.profiles import apply_profile_defaults  # STYLUS_PROFILE fills unset state dir/backup
-
-    return apply_profile_defaults(pipeline)
+    return pipeline
 
 
 # --- YAML with duplicate-key detection and a path -> line map -------------------------------
@@ -356,4 +360,20 @@ def check_classes(pipeline: Pipeline) -> list[Problem]:
         if wrong:
             problems.append(Problem(f"processors.{name}.state.backend", wrong,
                                     "use `backend: rocksdb`, or subclass stylus.monoid.MonoidProcessor"))
+        problems += missing_extras(name, spec)
     return problems
+
+
+def missing_extras(name: str, spec: ProcessorSpec) -> list[Problem]:
+    """Settings whose optional dependencies are not installed here: caught by `validate` and before `run`
+    starts, rather than when a worker first needs them."""
+    from stylus.extras import EXTRAS, installed
+
+    needs: list[tuple[str, str, str]] = []  # (path, extra, what)
+    if spec.stateful and spec.state.backend == "postgres":
+        needs.append((f"processors.{name}.state.backend", "postgres", "state backend `postgres`"))
+    backup = spec.state.backup
+    if spec.stateful and backup is not None and not backup.uri.startswith("file://"):
+        needs.append((f"processors.{name}.state.backup.uri", "hdfs", f"backup target `{backup.uri}`"))
+    return [Problem(path, f"{what} needs {EXTRAS[extra][0]}, which is not installed",
+                    f"pip install 'stylus[{extra}]'") for path, extra, what in needs if not installed(extra)]

@@ -1,4 +1,4 @@
-"""The pipeline YAML as frozen pydantic models (SPEC section 1)."""
+"""The pipeline YAML as frozen pydantic models (documented in docs/reference.md, "Pipeline YAML")."""
 
 from __future__ import annotations
 

@@ -272,7 +272,7 @@ class Engine:
                     continue
                 timestamp = msg.timestamp()[1]
                 key = msg.key()
-                # Record's fields set here, without its Python __init__ frame (~0.06 us per record, measured)
+                # Record's fields set here: no Python __init__ frame per record on the hottest path
                 record = new_record(Record)
                 record.key = None if key is None else key.decode("utf-8", "surrogateescape")
                 record.value = value

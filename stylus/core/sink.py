@@ -71,9 +71,6 @@ class Output:
         self.timestamp = timestamp
         self.headers = headers
 
-    def as_tuple(self) -> tuple[str, str | None, Any, int]:
-        return (self.topic, self.key, self.value, self.timestamp)
-
     def __repr__(self) -> str:
         return f"Output({self.topic!r}, key={self.key!r}, value={self.value!r}, ts={self.timestamp})"
 

@@ -1,6 +1,6 @@
 """`python -m stylus.deploy.lock`: pin the image's dependencies to what the venv runs and was tested with.
 
-Walks the installed `stylus` distribution's requirements (no extras: dev tools stay out) and writes
+Walks the installed `stylus` distribution's requirements (every extra but `dev`) and writes
 `docker/requirements.lock` (the processor image) and `docker/requirements-spark.lock` (what only the
 Spark master/worker image adds: pyspark). The image installs them with `pip install --no-deps`, so
 the lock is the complete list, not a hint.
@@ -53,16 +53,25 @@ def closure(roots: list[str]) -> dict[str, str]:
     return found
 
 
-def project_requirements(project: str = "stylus") -> list[str]:
-    """The project's own requirements (no dev extras), as `name[extras]`."""
+def project_requirements(project: str = "stylus", extras: list[str] | None = None) -> list[str]:
+    """The project's own requirements with `extras` (default: every extra but `dev`, so the image has what
+    `make install` gives, minus the dev tools), as `name[extras]`."""
     from packaging.requirements import Requirement
 
-    names = []
-    for line in metadata.distribution(project).requires or []:
+    dist = metadata.distribution(project)
+    if extras is None:
+        extras = [e for e in dist.metadata.get_all("Provides-Extra") or [] if e != "dev"]
+    names: list[str] = []
+    for line in dist.requires or []:
         req = Requirement(line)
-        if req.marker is None or req.marker.evaluate({"extra": ""}):
-            extras = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
-            names.append(f"{_canonical(req.name)}{extras}")
+        if req.marker is not None and not any(req.marker.evaluate({"extra": e}) for e in ["", *extras]):
+            continue
+        if _canonical(req.name) == _canonical(project):
+            continue  # `all` names the other extras, taken above
+        extra_names = f"[{','.join(sorted(req.extras))}]" if req.extras else ""
+        name = f"{_canonical(req.name)}{extra_names}"
+        if name not in names:
+            names.append(name)
     return names
 
 

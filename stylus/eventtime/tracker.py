@@ -4,10 +4,14 @@ A source partition's watermark is its largest event time less a delay: with `con
 delay is `allowed_lateness`; below 1.0 it is the observed lateness quantile at that confidence
 (at most 1 - confidence of records arrive behind it), capped by `allowed_lateness` when one is set.
 A partition written by upstream processors follows their control records instead (MillWheel: a
-stage's watermark is bounded by its upstream's). A source partition stops holding the watermark back
-once it sits at its end offset and has brought nothing for `idle_timeout`; one that is not at its
-end still holds it, because records behind it are in flight. When every partition is idle the
-watermark follows the most advanced one. No partition ever goes below its saved floor.
+stage's watermark is bounded by its upstream's), less this stage's own `allowed_lateness`: a stage
+whose input an upstream re-keys or re-times sees records up to that much behind the upstream's mark,
+and its windows must wait for them. `confidence` and `idle_timeout` concern source partitions only
+(the loader refuses them on a stage without one: stylus/config/applicability.py). A source
+partition stops holding the watermark back once it sits at its end offset and has brought nothing
+for `idle_timeout`; one that is not at its end still holds it, because records behind it are in
+flight. When every partition is idle the watermark follows the most advanced one. No partition ever
+goes below its saved floor.
 """
 
 from __future__ import annotations
@@ -49,7 +53,9 @@ class WatermarkTracker:
         clock = clock_of(task)
         required = self.required.get(task.topic)
         if required:
-            return max(clock.upstream_mark(required), clock.floor), False
+            upstream = clock.upstream_mark(required)
+            mark = NO_TIME if upstream == NO_TIME else upstream - self.cap_ms
+            return max(mark, clock.floor), False
         mark = NO_TIME if task.max_event_time == NO_TIME else task.max_event_time - self.delay(clock)
         idle = task.at_eof and now - clock.last_active >= self.idle_timeout
         return max(mark, clock.floor), idle

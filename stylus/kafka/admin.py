@@ -8,6 +8,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from stylus.config.model import Pipeline, TopicSpec
+from stylus.kafka.layout import check_layout
 from stylus.kafka.settings import client_config, connect
 
 
@@ -21,9 +22,13 @@ def create_topics(
     pipeline: Pipeline | None = None,
     timeout: float = 30.0,
 ) -> dict[str, str]:
-    """Create missing topics. Returns topic -> "created" | "exists"."""
+    """Create missing topics. Returns topic -> "created" | "exists". With a pipeline, first refuses
+    (`TopicMismatch`) when a topic that exists differs from its declaration (stylus/kafka/layout.py)."""
     admin = admin_client(bootstrap, pipeline)
-    existing = set(admin.list_topics(timeout=timeout).topics)
+    metadata = admin.list_topics(timeout=timeout).topics
+    if pipeline is not None:
+        check_layout(metadata, pipeline, topics, bootstrap)
+    existing = set(metadata)
     result = {name: "exists" for name in topics if name in existing}
     new = [
         NewTopic(name, num_partitions=spec.partitions, replication_factor=spec.replication_factor,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from stylus.config.model import Pipeline
-from stylus.config.profiles import active_profile, profile_kafka
+from stylus.config.profiles import PROFILE_ENV, ProfileError, active_profile, find_profile, profile_kafka
 from stylus.config.secrets import reveal
 
 BOOTSTRAP_ENV = "STYLUS_BOOTSTRAP_SERVERS"
@@ -50,7 +50,8 @@ _CONNECTION_PREFIXES = ("security.", "sasl.", "ssl.", "ssl_", "client.dns.", "so
                         "client.rack", "resolve.", "connections.")
 
 
-def _is_connection_key(name: str) -> bool:
+def is_connection_key(name: str) -> bool:
+    """Whether every client (the admin included) needs this setting to reach the cluster."""
     return name.startswith(_CONNECTION_PREFIXES)
 
 
@@ -65,6 +66,20 @@ def bootstrap_from(pipeline: Pipeline | None) -> str | None:
             return str(value)
     profile = active_profile()  # STYLUS_PROFILE (stylus/config/profiles.py)
     return profile.bootstrap if profile is not None else None
+
+
+def bootstrap_origin(pipeline: Pipeline | None) -> str:
+    """Where `bootstrap_from` found the servers, in the words of an error message (same precedence)."""
+    if os.environ.get(BOOTSTRAP_ENV):
+        return f"the environment variable {BOOTSTRAP_ENV}"
+    if pipeline is not None and pipeline.kafka.get("bootstrap.servers"):
+        return f"`kafka.bootstrap.servers` in {pipeline.source}"
+    name = os.environ.get(PROFILE_ENV, "").strip()
+    try:
+        where = str(find_profile(name)) if name else "none"
+    except ProfileError:
+        where = name
+    return f"the profile {where} (selected by {PROFILE_ENV}={name})"
 
 
 def _common(block: Mapping[str, Any]) -> dict[str, Any]:
@@ -109,7 +124,7 @@ def client_config(
     config = {k: reveal(v) for k, v in config.items()}  # librdkafka gets the real text of Secret values
     if role == "admin":  # the admin client takes only what reaching the cluster needs
         for key in list(config):
-            if key not in ("bootstrap.servers", "client.id") and not _is_connection_key(key):
+            if key not in ("bootstrap.servers", "client.id") and not is_connection_key(key):
                 config.pop(key)
     return config
 
@@ -127,7 +142,7 @@ def remember_connection(bootstrap: str, pipeline: Pipeline | None) -> None:
     if pipeline is not None:
         blocks.append(pipeline.kafka)
     for block in blocks:
-        settings.update({k: v for k, v in _common(block).items() if _is_connection_key(k)})
+        settings.update({k: v for k, v in _common(block).items() if is_connection_key(k)})
     if settings:
         _connections[bootstrap] = settings
 

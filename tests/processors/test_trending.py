@@ -7,11 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import murmur2
 
 from processors.dimensions import DEFAULT_PATH, DimensionTable
 from processors.generator import Burst, GeneratorConfig, generate, pick_event
 from processors.trending import CLOCK_KEY, classify
 from stylus.config import Pipeline, load_pipeline
+from stylus.testing import TestDriver
 from tests.support.engine import EngineHarness
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,11 +32,14 @@ def values(outputs: list[Any]) -> list[Any]:
 
 # ------------------------------------------------------------------------------------ Filterer
 def test_filterer_keeps_configured_types_and_rekeys_by_dimension(pipeline: Pipeline) -> None:
-    harness = EngineHarness(pipeline, "filterer", {"types": ["post", "share"]})
-    records = generate(2000)
-    out = harness.feed(records, key_field="event_id")
+    with TestDriver(pipeline, processors=["filterer"], config={"filterer": {"types": ["post", "share"]}}) as driver:
+        records = generate(2000)
+        for record in records:
+            driver.send("events", record, key=record["event_id"], timestamp=record["ts"])
+        out = driver.outputs("filtered")
     assert [o.value for o in out] == [r for r in records if r["type"] in ("post", "share")]
     assert all(o.key == str(o.value["dim_id"]) for o in out)
+    assert all(o.partition == murmur2(o.key.encode(), 4) for o in out)  # resharded as the runtime's producer does
     assert all(o.topic == "filtered" for o in out)
     assert all(o.timestamp == o.value["ts"] for o in out)
 

@@ -49,7 +49,7 @@ class CrashRun:
     with_record_ids: int = 0  # outputs carrying a `stylus.id` header
     log: str = ""
 
-    # ---- the promises of SPEC section 1, checked ------------------------------------------------
+    # ---- the promises of docs/semantics.md, checked ---------------------------------------------
     def state_violations(self) -> list[str]:
         bad = []
         for key, truth in self.truth.items():

@@ -84,6 +84,9 @@ class WebHdfsTarget:
     """`hdfs://namenode:port/path` (port = the namenode's HTTP port, 9870 by default) through WebHDFS."""
 
     def __init__(self, uri: str, url: str, root: str, *, timeout: float = 60.0, user: str | None = None) -> None:
+        from stylus.extras import require
+
+        require("hdfs", f"the backup target {uri}")
         from hdfs import InsecureClient
 
         self.uri = uri

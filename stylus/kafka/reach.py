@@ -8,7 +8,6 @@ log lines go to the Python logger `stylus.kafka.client`, shown with `stylus -v`.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -17,10 +16,8 @@ from confluent_kafka.admin import AdminClient, ClusterMetadata
 
 from stylus.config.model import Pipeline
 from stylus.errors import ClearError
-from stylus.kafka.settings import client_config
+from stylus.kafka.settings import CLIENT_LOG, client_config
 
-#: librdkafka's own log, forwarded here instead of written to stderr by the client's threads.
-CLIENT_LOG = logging.getLogger("stylus.kafka.client")
 PROBE_TIMEOUT = 5.0  # seconds: long enough for a slow handshake (SASL, TLS), short enough to say so at once
 _STEP = 0.25
 GRACE = 1.0  # seconds of retrying after a refusal: a broker that is just opening its port gets to answer

@@ -7,6 +7,7 @@ real cluster.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -91,6 +92,10 @@ def _role(block: Mapping[str, Any], role: str) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {}
 
 
+#: where Kafka clients' own log lines go (`logger` in every client's settings)
+CLIENT_LOG = logging.getLogger("stylus.kafka.client")
+
+
 def client_config(
     role: str,
     bootstrap: str,
@@ -122,6 +127,9 @@ def client_config(
     if pipeline is not None:
         remember_connection(bootstrap, pipeline)
     config = {k: reveal(v) for k, v in config.items()}  # librdkafka gets the real text of Secret values
+    # the client's own log lines go to a Python logger, which the CLI shows with `stylus -v` (one clear error
+    # of ours otherwise, not hundreds of retries)
+    config.setdefault("logger", CLIENT_LOG)
     if role == "admin":  # the admin client takes only what reaching the cluster needs
         for key in list(config):
             if key not in ("bootstrap.servers", "client.id") and not is_connection_key(key):

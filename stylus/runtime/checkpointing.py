@@ -40,7 +40,6 @@ class Checkpointer:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"stylus-{scope.name}-checkpoint")
         self.inflight: tuple[PendingCheckpoint, Future[None]] | None = None
         self.count = 0
-        self.last_seconds = 0.0
 
     def begin(self, tasks: Iterable[PartitionTask]) -> PendingCheckpoint | None:
         chosen = [t for t in tasks if t.next_offset is not None]
@@ -131,6 +130,5 @@ class Checkpointer:
         for sink in self.sinks():
             sink.resume()
         self.count += 1
-        self.last_seconds = time.monotonic() - pending.started
-        self.stats.checkpoint.observe(self.last_seconds)
+        self.stats.checkpoint.observe(time.monotonic() - pending.started)
         self.listener.completed(pending)

@@ -231,10 +231,6 @@ class Worker:
         return self.checkpointer.count
 
     @property
-    def last_checkpoint_seconds(self) -> float:
-        return self.checkpointer.last_seconds
-
-    @property
     def rebalances(self) -> int:
         return self.assignment.rebalances
 

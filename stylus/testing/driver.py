@@ -147,6 +147,11 @@ class TestDriver:
         """The running processor instance (a new one after each crash)."""
         return self._stage(name).processor
 
+    def late(self, processor: str) -> dict[str, int]:
+        """How many records the processor found behind its watermark since it last (re)started, by what its
+        `event_time.late` did with them: `{"dropped": n, "redirected": n, "updated": n}`."""
+        return self._stage(processor).engine.late.counters.as_dict()
+
     # ------------------------------------------------------------------ lifecycle
     def close(self) -> None:
         """Call every processor's `close`, as a clean shutdown does (no final checkpoint is needed here)."""

@@ -1,4 +1,5 @@
-"""The four trending processors, each run through the real Engine with in-memory state (no broker)."""
+"""The four trending processors, each run one at a time on `stylus.testing.TestDriver`: the real Engine over
+in-memory topics and state (no broker)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,7 @@ from processors.dimensions import DEFAULT_PATH, DimensionTable
 from processors.generator import Burst, GeneratorConfig, generate, pick_event
 from processors.trending import CLOCK_KEY, classify
 from stylus.config import Pipeline, load_pipeline
-from stylus.testing import TestDriver
-from tests.support.engine import EngineHarness
+from stylus.testing import Record, TestDriver
 
 ROOT = Path(__file__).resolve().parents[2]
 START = 1_700_000_010_000  # a multiple of 10 s and 30 s: buckets start here
@@ -28,6 +28,38 @@ def pipeline() -> Pipeline:
 
 def values(outputs: list[Any]) -> list[Any]:
     return [o.value for o in outputs]
+
+
+def stage(pipeline: Pipeline, name: str, config: dict[str, Any] | None = None) -> TestDriver:
+    """One processor on a driver, with `on_error: stop`: a failing record raises out of `send` instead of
+    going to the dead-letter topic, so no failure passes unnoticed."""
+    strict = pipeline.processors[name].model_copy(update={"on_error": "stop"})
+    pipeline = pipeline.model_copy(update={"processors": {**pipeline.processors, name: strict}})
+    return TestDriver(pipeline, processors=[name], config={name: config} if config is not None else None)
+
+
+def send(driver: TestDriver, name: str, records: list[dict[str, Any]], key: str) -> None:
+    """Send `records` to the processor's input, all on partition 0 (one partition task, one warm-up), keyed by
+    their `key` field and stamped with their `ts`."""
+    topic = driver.pipeline.processors[name].inputs[0]
+    for record in records:
+        driver.send(topic, record, key=str(record[key]), timestamp=int(record.get("ts", 0)), partition=0)
+
+
+def feed(driver: TestDriver, name: str, records: list[dict[str, Any]], key: str) -> list[Record]:
+    """`send`, and return the outputs those records produced."""
+    output = driver.pipeline.processors[name].outputs[0]
+    before = len(driver.outputs(output))
+    send(driver, name, records, key)
+    return driver.outputs(output)[before:]
+
+
+def fire(driver: TestDriver, name: str, watermark: int) -> list[Record]:
+    """Move the watermark; return the outputs the timers it passed produced."""
+    output = driver.pipeline.processors[name].outputs[0]
+    before = len(driver.outputs(output))
+    driver.advance_watermark(watermark)
+    return driver.outputs(output)[before:]
 
 
 # ------------------------------------------------------------------------------------ Filterer
@@ -71,9 +103,12 @@ def test_dimension_table_reads_rows_by_offset_through_an_lru(tmp_path: Path) -> 
 
 
 def test_joiner_enriches_with_dimension_row_and_topic(pipeline: Pipeline) -> None:
-    harness = EngineHarness(pipeline, "joiner", {"cache_size": 10})
-    records = generate(3000)
-    out = harness.feed(records, key_field="dim_id")
+    with stage(pipeline, "joiner", {"cache_size": 10}) as driver:
+        records = generate(3000)
+        out = feed(driver, "joiner", records, "dim_id")
+        table = driver.processor("joiner").table
+        assert table.hits + table.misses == len(records)
+        assert len(table.cache) == 10 and table.reads == table.misses > 10
     assert len(out) == len(records)
     by_id = {row["dim_id"]: row for row in DIMENSIONS}
     for record, output in zip(records, out, strict=True):
@@ -84,9 +119,6 @@ def test_joiner_enriches_with_dimension_row_and_topic(pipeline: Pipeline) -> Non
             "country": row["country"], "language": row["language"], "segment": row["segment"],
             "topic": classify(record["text"]), "ts": record["ts"],
         }
-    table = harness.processor.table  # type: ignore[attr-defined]
-    assert table.hits + table.misses == len(records)
-    assert len(table.cache) == 10 and table.reads == table.misses > 10
 
 
 # ------------------------------------------------------------------------------------ Scorer
@@ -98,28 +130,29 @@ def _joined(n: int, bursts: tuple[Burst, ...] = (), rate: float = 200.0) -> list
             for r in generate(n, GeneratorConfig(rate=rate, start_ms=START, bursts=bursts))]
 
 
-def run_stage(harness: EngineHarness, records: list[Any], key: str, *, chunk: int = 500, lag: int | None = LAG,
-              progress: Any = None) -> list[Any]:
-    """Feed in chunks, moving the watermark to `lag` behind what was fed (`progress(fed)` overrides),
-    as the upstream control records would; `lag=None` never moves it. Then close everything."""
-    out: list[Any] = []
+def run_stage(driver: TestDriver, name: str, records: list[Any], key: str, *, chunk: int = 500,
+              lag: int | None = LAG, progress: Any = None) -> list[Any]:
+    """Send in chunks, moving the watermark to `lag` behind what was sent (`progress(fed)` overrides) after
+    each, as the upstream control records would; `lag=None` never moves it. Then close everything (the
+    watermark to the end of time). Returns the values of every output, in the order written."""
     for i in range(0, len(records), chunk):
-        out += values(harness.feed(records[i:i + chunk], key_field=key))
+        send(driver, name, records[i:i + chunk], key)
         if lag is not None:
             fed = records[:i + chunk]
             mark = progress(fed) if progress is not None else max(r["ts"] for r in records[i:i + chunk]) - lag
-            out += values(harness.fire(mark))
-    return out + values(harness.fire(2**62))
+            driver.advance_watermark(mark)
+    driver.advance_watermark(2**62)
+    return values(driver.outputs(driver.pipeline.processors[name].outputs[0]))
 
 
 def test_scorer_scores_a_burst_far_above_steady_events(pipeline: Pipeline) -> None:
     event = pick_event("tech", 150)
     burst = Burst(event, START + 60_000, 20_000, 300.0)
     joined = _joined(20_000, (burst,))  # 100 s of event time
-    harness = EngineHarness(pipeline, "scorer")
-    before = len(harness.outputs)
-    out = run_stage(harness, joined, "event_id")
-    assert all(o.key == o.value["topic"] and o.topic == "scored" for o in harness.outputs[before:])
+    with stage(pipeline, "scorer") as driver:
+        out = run_stage(driver, "scorer", joined, "event_id")
+        assert all(o.key == o.value["topic"] and o.topic == "scored" for o in driver.outputs("scored"))
+        state = driver.state("scorer", partition=0)
     in_burst = [v for v in out if v["event_id"] == event and burst.active(v["ts"])]
     others = [v for v in out if v["event_id"] != event and v["ts"] >= START + 40_000]
     assert len(in_burst) > 300
@@ -131,17 +164,21 @@ def test_scorer_scores_a_burst_far_above_steady_events(pipeline: Pipeline) -> No
     # records of the partition's first (partial) slide only warm up; all others are scored
     origin = joined[0]["ts"] - joined[0]["ts"] % 2000 + 2000
     assert len(out) == sum(1 for r in joined if r["ts"] >= origin)
-    state = harness.tasks[("joined", 0)].state
-    assert state is not None and state[CLOCK_KEY] == [origin, joined[-1]["ts"]]
+    assert state[CLOCK_KEY] == [origin, joined[-1]["ts"]]
     # closed windows went into the keys' histories: no window entry is left, one history per key
     keys = {f"{r['event_id']}|{r['topic']}" for r in joined if r["ts"] >= origin}
-    assert sorted(k for k, _ in state.items()) == sorted([CLOCK_KEY, *keys])
+    assert sorted(state) == sorted([CLOCK_KEY, *keys])
 
 
 def test_scorer_does_not_depend_on_when_the_watermark_moves(pipeline: Pipeline) -> None:
     """The same input, windows closing early, late or never (until the end): the same scores."""
     joined = _joined(5000, (Burst(pick_event("food", 120), START + 10_000, 5_000, 200.0),))
-    runs = [run_stage(EngineHarness(pipeline, "scorer"), joined, "event_id", chunk=chunk, lag=lag)  # 25 s
+
+    def run(chunk: int, lag: int | None) -> list[Any]:
+        with stage(pipeline, "scorer") as driver:
+            return run_stage(driver, "scorer", joined, "event_id", chunk=chunk, lag=lag)
+
+    runs = [run(chunk, lag)  # 25 s
             for chunk, lag in ((5000, None), (333, 0), (333, LAG), (1000, 12_000), (97, 2_000))]
     assert len(runs[0]) == 4600 and any(v["score"] > 20 for v in runs[0])
     for other in runs[1:]:
@@ -167,9 +204,9 @@ def test_scorer_still_finds_the_burst_in_out_of_order_input(pipeline: Pipeline) 
             newest[shard_of[id(r)]] = max(newest.get(shard_of[id(r)], 0), r["ts"])
         return min(newest.values()) if len(newest) == 4 else 0
 
-    harness = EngineHarness(pipeline, "scorer")
-    out = run_stage(harness, disordered, "event_id", chunk=700, progress=slowest)
-    assert harness.engine.late.counters.total == 0
+    with stage(pipeline, "scorer") as driver:
+        out = run_stage(driver, "scorer", disordered, "event_id", chunk=700, progress=slowest)
+        assert driver.late("scorer") == {"dropped": 0, "redirected": 0, "updated": 0}
     assert len(out) > 0.97 * len(joined)  # only the warm-up is left out
     burst_scores = [v["score"] for v in out if v["event_id"] == event and burst.active(v["ts"])]
     other_scores = [v["score"] for v in out if v["event_id"] != event and v["ts"] >= START + 40_000]
@@ -177,24 +214,22 @@ def test_scorer_still_finds_the_burst_in_out_of_order_input(pipeline: Pipeline) 
 
 
 def test_scorer_forgets_keys_idle_for_ttl(pipeline: Pipeline) -> None:
-    harness, kept = EngineHarness(pipeline, "scorer", {"ttl": "1m"}), EngineHarness(pipeline, "scorer", {"ttl": "1m"})
-    joined = [{"event_id": "e0001", "topic": "sports", "ts": START + i * 100} for i in range(100)]
-    harness.feed(joined, key_field="event_id")
-    kept.feed(joined, key_field="event_id")
-    state = harness.tasks[("joined", 0)].state
-    assert state is not None
-    # its last window is [START + 8 s, START + 18 s): closed at START + 18 s, forgotten a ttl and a window later
-    assert harness.fire(START + 18_000) == [] and "e0001|sports" in state
-    kept.fire(START + 18_000)
-    assert not [k for k, _ in state.items() if k.startswith("\x00")]  # the windows themselves are gone
-    assert harness.fire(START + 18_000 + 70_000 - 1) == [] and "e0001|sports" in state
-    harness.fire(START + 18_000 + 70_000)
-    assert "e0001|sports" not in state
-    # back after its ttl: scored as new (no history), exactly as if it had never been forgotten
-    again = [{"event_id": "e0001", "topic": "sports", "ts": START + 200_000 + i * 100} for i in range(5)]
-    scores = [v["score"] for v in values(harness.feed(again, key_field="event_id"))]
-    assert scores == [1, 2, 3, 4, 5]  # nothing expected of a forgotten key: its count is its score
-    assert [v["score"] for v in values(kept.feed(again, key_field="event_id"))] == scores
+    with stage(pipeline, "scorer", {"ttl": "1m"}) as driver, stage(pipeline, "scorer", {"ttl": "1m"}) as kept:
+        joined = [{"event_id": "e0001", "topic": "sports", "ts": START + i * 100} for i in range(100)]
+        send(driver, "scorer", joined, "event_id")
+        send(kept, "scorer", joined, "event_id")
+        # its last window is [START + 8 s, START + 18 s): closed at START + 18 s, forgotten a ttl and a window later
+        assert fire(driver, "scorer", START + 18_000) == [] and "e0001|sports" in driver.state("scorer")
+        fire(kept, "scorer", START + 18_000)
+        assert not [k for k in driver.state("scorer") if k.startswith("\x00")]  # the windows themselves are gone
+        assert fire(driver, "scorer", START + 18_000 + 70_000 - 1) == [] and "e0001|sports" in driver.state("scorer")
+        fire(driver, "scorer", START + 18_000 + 70_000)
+        assert "e0001|sports" not in driver.state("scorer")
+        # back after its ttl: scored as new (no history), exactly as if it had never been forgotten
+        again = [{"event_id": "e0001", "topic": "sports", "ts": START + 200_000 + i * 100} for i in range(5)]
+        scores = [v["score"] for v in values(feed(driver, "scorer", again, "event_id"))]
+        assert scores == [1, 2, 3, 4, 5]  # nothing expected of a forgotten key: its count is its score
+        assert [v["score"] for v in values(feed(kept, "scorer", again, "event_id"))] == scores
 
 
 # ------------------------------------------------------------------------------------ Ranker
@@ -203,47 +238,49 @@ def _scored(event: str, topic: str, score: float, ts: int) -> dict[str, Any]:
 
 
 def test_ranker_emits_changes_then_a_final_result_per_bucket(pipeline: Pipeline) -> None:
-    harness = EngineHarness(pipeline, "ranker", {"window": {"type": "tumbling", "size": "30s"}, "top_k": 2})
-    feed = [
-        _scored("a", "music", 1.0, START + 1000),
-        _scored("b", "music", 2.0, START + 2000),  # order changes: b, a
-        _scored("b", "music", 2.5, START + 3000),  # same order: no output
-        _scored("a", "music", 0.5, START + 3500),  # a lower score changes nothing
-        _scored("x", "sports", 5.0, START + 4000),
-        _scored("c", "music", 0.0, START + 5000),  # not above min_score: ignored
-        _scored("d", "music", 1.5, START + 6000),  # d replaces a at rank 2
-        _scored("e", "music", 1.5, START + 7000),  # a tie with d: by event id, e stays out
-        _scored("c", "music", 3.0, START + 31_000),  # next bucket
-    ]
-    out = harness.feed(feed, key_field="topic")
-    got = [(o.key, o.value["bucket_start"], [t["event_id"] for t in o.value["top"]], o.value["final"]) for o in out]
-    assert got == [
-        ("music", START, ["a"], False),
-        ("music", START, ["b", "a"], False),
-        ("sports", START, ["x"], False),
-        ("music", START, ["b", "d"], False),
-        ("music", START + 30_000, ["c"], False),
-    ]
-    assert harness.fire(START + 29_999) == []
-    finals = harness.fire(START + 30_000)  # the watermark reached the bucket's end: nothing earlier can come
-    assert sorted((o.key, o.value["top"], o.value["final"], o.value["bucket_end"], o.timestamp) for o in finals) == [
-        ("music", [{"event_id": "b", "score": 2.5}, {"event_id": "d", "score": 1.5}], True, START + 30_000,
-         START + 29_999),
-        ("sports", [{"event_id": "x", "score": 5.0}], True, START + 30_000, START + 29_999),
-    ]
-    state = harness.tasks[("scored", 0)].state
-    assert state is not None and [k[-5:] for k, _ in state.items()] == ["music"]  # only the open bucket is left
-    # a late record for the closed bucket is dropped (and counted), not re-opened
-    assert harness.feed([_scored("z", "music", 9.0, START + 2000)], key_field="topic") == []
-    assert harness.engine.late.counters.total == 1 and len(list(state.items())) == 1
+    with stage(pipeline, "ranker", {"window": {"type": "tumbling", "size": "30s"}, "top_k": 2}) as driver:
+        records = [
+            _scored("a", "music", 1.0, START + 1000),
+            _scored("b", "music", 2.0, START + 2000),  # order changes: b, a
+            _scored("b", "music", 2.5, START + 3000),  # same order: no output
+            _scored("a", "music", 0.5, START + 3500),  # a lower score changes nothing
+            _scored("x", "sports", 5.0, START + 4000),
+            _scored("c", "music", 0.0, START + 5000),  # not above min_score: ignored
+            _scored("d", "music", 1.5, START + 6000),  # d replaces a at rank 2
+            _scored("e", "music", 1.5, START + 7000),  # a tie with d: by event id, e stays out
+            _scored("c", "music", 3.0, START + 31_000),  # next bucket
+        ]
+        out = feed(driver, "ranker", records, "topic")
+        got = [(o.key, o.value["bucket_start"], [t["event_id"] for t in o.value["top"]], o.value["final"]) for o in out]
+        assert got == [
+            ("music", START, ["a"], False),
+            ("music", START, ["b", "a"], False),
+            ("sports", START, ["x"], False),
+            ("music", START, ["b", "d"], False),
+            ("music", START + 30_000, ["c"], False),
+        ]
+        assert fire(driver, "ranker", START + 29_999) == []
+        # the watermark reached the bucket's end: nothing earlier can come
+        finals = fire(driver, "ranker", START + 30_000)
+        got = [(o.key, o.value["top"], o.value["final"], o.value["bucket_end"], o.timestamp) for o in finals]
+        assert sorted(got) == [
+            ("music", [{"event_id": "b", "score": 2.5}, {"event_id": "d", "score": 1.5}], True, START + 30_000,
+             START + 29_999),
+            ("sports", [{"event_id": "x", "score": 5.0}], True, START + 30_000, START + 29_999),
+        ]
+        assert [k[-5:] for k in driver.state("ranker")] == ["music"]  # only the open bucket is left
+        # a late record for the closed bucket is dropped (and counted), not re-opened
+        assert feed(driver, "ranker", [_scored("z", "music", 9.0, START + 2000)], "topic") == []
+        assert driver.late("ranker") == {"dropped": 1, "redirected": 0, "updated": 0}
+        assert len(driver.state("ranker")) == 1
 
 
 def test_ranker_and_scorer_refuse_an_aggregate_of_their_own(pipeline: Pipeline) -> None:
     for name in ("ranker", "scorer"):
         with pytest.raises(ValueError, match="not `aggregate`"):
-            EngineHarness(pipeline, name, {"aggregate": {"type": "count"}})
+            stage(pipeline, name, {"aggregate": {"type": "count"}})
     with pytest.raises(ValueError, match="sliding"):
-        EngineHarness(pipeline, "scorer", {"window": {"type": "tumbling", "size": "10s"}})
+        stage(pipeline, "scorer", {"window": {"type": "tumbling", "size": "10s"}})
 
 
 def test_pipeline_in_memory_puts_the_burst_first_in_its_topic(pipeline: Pipeline) -> None:
@@ -254,7 +291,8 @@ def test_pipeline_in_memory_puts_the_burst_first_in_its_topic(pipeline: Pipeline
     stream: list[Any] = records
     for name, key in (("filterer", "event_id"), ("joiner", "dim_id"), ("scorer", "event_id"),
                       ("ranker", "topic")):
-        stream = run_stage(EngineHarness(pipeline, name), stream, key, chunk=2000)
+        with stage(pipeline, name) as driver:
+            stream = run_stage(driver, name, stream, key, chunk=2000)
     finals = {(r["topic"], r["bucket_start"]): r for r in stream if r["final"]}
     assert finals[("movies", START + 120_000)]["top"][0]["event_id"] == event
     leaders = [r["top"][0]["event_id"] for (t, s), r in finals.items() if t == "movies" and s != START + 120_000

@@ -43,6 +43,7 @@ def test_windows_close_late_data_goes_aside_and_a_crash_replays(tmp_path: Path, 
     late = driver.outputs("win.sum.late")
     assert [r.value["amount"] for r in late] == [100]
     assert late[0].headers["stylus.late.watermark"] == b"10000"
+    assert driver.late("sum") == {"dropped": 0, "redirected": 1, "updated": 0}
     driver.checkpoint()
 
     pay(driver, "a", 15_000, 4)

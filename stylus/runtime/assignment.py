@@ -59,6 +59,10 @@ class Assignment:
         self.assigned_once = True
         self.settled = True  # called at the end of every rebalance, with an empty list too
         self._unassigned(partitions)  # ours again, from the offset chosen below
+        again = self._held(partitions)
+        if again:  # assigned anew with no revocation before (a membership that lapsed while the process was
+            # frozen): the old tasks' unsaved work and held output may be their other owner's by now
+            self._lose(again)
         fresh = not self.tasks  # nothing kept from before (an eager rebalance, a rejoin, the first assignment)
         if self.transaction is not None:
             self.transaction.start()
@@ -105,8 +109,11 @@ class Assignment:
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """The partitions already belong to someone else: save nothing, forget buffered work."""
         self._moved()
+        self._lose(self._held(partitions))
+        self._unassigned(partitions)
+
+    def _lose(self, lost: list[PartitionTask]) -> None:
         self.checkpointer.await_inflight()
-        lost = self._held(partitions)
         # held (at-most-once) output is not kept per partition: all of it goes, which at-most-once allows; the
         # part that belongs to the lost partitions must never be released after their new owner took over
         dropped = self.checkpointer.drop_held() if lost else 0
@@ -122,7 +129,6 @@ class Assignment:
             if task.state is not None:
                 task.state.discard_changes()
         self.drop(lost)
-        self._unassigned(partitions)
 
     def _moved(self) -> None:
         self.rebalances += 1

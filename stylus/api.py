@@ -59,6 +59,7 @@ class Context(Protocol):
         topic: str | None = None,
         timestamp: int | None = None,
         headers: Mapping[str, str | bytes] | None = None,
+        partition: int | None = None,  # direct grouping: this partition, over the output's grouping
     ) -> None: ...
 
     def set_timer(self, key: str, timestamp: int) -> None: ...
@@ -91,8 +92,11 @@ class ProcessorImportError(ImportError):
         self.fix = fix
 
 
-def import_processor_class(path: str) -> type[Processor]:
+def import_processor_class(path: str | None) -> type[Processor]:
     """Import `module:Class` and check that it is a Processor. Only this configured path is imported."""
+    if path is None:  # a `command:` processor: run by stylus/runtime/executable.py, never imported
+        raise ProcessorImportError("this processor is an executable (`command:`), not a Python class; only "
+                                   "Python processors run here", "use a `class:` processor for this feature")
     module_name, _, class_name = path.partition(":")
     if not module_name or not class_name:
         raise ProcessorImportError(f"`{path}` is not `module:Class`", "write it as `package.module:ClassName`")

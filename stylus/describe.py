@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+
 from stylus.config.durations import format_duration
 from stylus.config.model import Pipeline
 
@@ -13,7 +15,8 @@ def describe(pipeline: Pipeline) -> str:
         sem = spec.semantics
         state = sem.state or "stateless"
         lines.append(
-            f"  {name}: {spec.class_}  state={state} output={sem.output}  "
+            f"  {name}: {spec.class_ or 'command: ' + shlex.join(spec.command or ())}  "
+            f"state={state} output={sem.output}  "
             f"checkpoint every {format_duration(spec.checkpoint.interval)}  replicas={spec.replicas}  "
             f"on_error={spec.on_error}"
         )

@@ -80,7 +80,8 @@ def pipeline_factory(tmp_path: Path, bootstrap: str) -> Iterator[PipelineFactory
         for pname, spec in doc["processors"].items():
             spec = dict(spec)
             spec["inputs"] = [rename.get(t, t) for t in spec.get("inputs", [])]
-            spec["outputs"] = [rename.get(t, t) for t in spec.get("outputs", [])]
+            spec["outputs"] = [{**t, "topic": rename.get(t["topic"], t["topic"])} if isinstance(t, dict)
+                               else rename.get(t, t) for t in spec.get("outputs", [])]  # groupings' mappings too
             state = dict(spec.get("state") or {})
             state.setdefault("dir", str(tmp_path / "state"))
             spec["state"] = state

@@ -54,7 +54,9 @@ class TaskOutput:
         self.collected: list[tuple[str, str | None, bytes, int]] = []
 
     def __call__(self, topic: str, key: str | None, value: Any, timestamp: int,
-                 headers: Mapping[str, Any] | None) -> None:
+                 headers: Mapping[str, Any] | None, partition: int = -1) -> None:
+        """`partition` (a grouping's or `emit(partition=n)`'s) matters only to topics: elsewhere an `all`
+        output is one row per partition's copy, as the topic would hold it."""
         self.counts[topic] += 1
         if self.collect:
             self.collected.append((topic, key, _json(value), timestamp))
@@ -90,7 +92,7 @@ class ParquetOutput(TaskOutput):
         self.rows: tuple[list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [])
 
     def __call__(self, topic: str, key: str | None, value: Any, timestamp: int,
-                 headers: Mapping[str, Any] | None) -> None:
+                 headers: Mapping[str, Any] | None, partition: int = -1) -> None:
         super().__call__(topic, key, value, timestamp, headers)
         keys, values, stamps, topics = self.rows
         keys.append(key)
@@ -157,8 +159,10 @@ class TopicOutput(TaskOutput):
                 continue
 
     def __call__(self, topic: str, key: str | None, value: Any, timestamp: int,
-                 headers: Mapping[str, Any] | None) -> None:
-        """Per emit, so kept lean: the common case (str key, no headers) is one encode and one produce."""
+                 headers: Mapping[str, Any] | None, partition: int = -1) -> None:
+        """Per emit, so kept lean: the common case (str key, no headers) is one encode and one produce.
+        A chosen `partition` (grouping or direct) is kept, in the shadow topic too: `_prepare_output` makes
+        it as wide as the widest output."""
         self.counts[topic] += 1
         data = self.encoders[topic](value)
         if self.collect:
@@ -167,7 +171,7 @@ class TopicOutput(TaskOutput):
         target = self.target
         try:
             if target is None and not headers:  # positional: confluent-kafka parses keywords on every call
-                self.produce(topic, data, raw_key, -1, None, None, timestamp)
+                self.produce(topic, data, raw_key, partition, None, None, timestamp)
                 return
         except BufferError:
             pass
@@ -177,9 +181,10 @@ class TopicOutput(TaskOutput):
         while True:
             try:
                 if extra:
-                    self.produce(target or topic, data, raw_key, timestamp=timestamp, headers=extra)
+                    self.produce(target or topic, data, raw_key, partition=partition, timestamp=timestamp,
+                                 headers=extra)
                 else:
-                    self.produce(target or topic, data, raw_key, timestamp=timestamp)
+                    self.produce(target or topic, data, raw_key, partition=partition, timestamp=timestamp)
                 return
             except BufferError:
                 self.producer.poll(0.05)

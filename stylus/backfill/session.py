@@ -67,4 +67,5 @@ def _python() -> str:
 
 def processor_modules(pipeline: Pipeline, names: Sequence[str]) -> list[str]:
     """The modules of these processors' classes: what `spark_session(preload=...)` imports in the daemon."""
-    return [pipeline.processors[n].class_.partition(":")[0] for n in names if n in pipeline.processors]
+    return [(pipeline.processors[n].class_ or "").partition(":")[0] for n in names
+            if n in pipeline.processors and pipeline.processors[n].class_]

@@ -7,6 +7,8 @@ inside it (with the line when known) and what to write instead.
 from __future__ import annotations
 
 import difflib
+import os
+import shutil
 import types
 import typing
 from collections.abc import Mapping
@@ -349,6 +351,9 @@ def check_classes(pipeline: Pipeline) -> list[Problem]:
 
     problems: list[Problem] = []
     for name, spec in pipeline.processors.items():
+        if spec.command is not None:
+            problems += check_command(pipeline, name, spec.command)
+            continue
         try:
             cls = import_processor_class(spec.class_)
         except ProcessorImportError as exc:
@@ -362,6 +367,28 @@ def check_classes(pipeline: Pipeline) -> list[Problem]:
                                     "use `backend: rocksdb`, or subclass stylus.monoid.MonoidProcessor"))
         problems += missing_extras(name, spec)
     return problems
+
+
+def command_dir(pipeline: Pipeline) -> Path:
+    """Where a `command` runs: the pipeline file's directory, so `./split.sh` next to it works."""
+    return Path(pipeline.source).resolve().parent if pipeline.source != "<memory>" else Path.cwd()
+
+
+def check_command(pipeline: Pipeline, name: str, command: tuple[str, ...]) -> list[Problem]:
+    """The program of a `command` processor exists and may be executed (found as `run` will find it)."""
+    program = command[0]
+    where = f"processors.{name}.command"
+    if "/" in program:
+        path = command_dir(pipeline) / program
+        if not path.is_file():
+            return [Problem(where, f"`{program}` not found (looked in {command_dir(pipeline)})",
+                            "give the program's path relative to the pipeline file, or an absolute one")]
+        if not os.access(path, os.X_OK):
+            return [Problem(where, f"`{program}` is not executable", f"chmod +x {path}")]
+    elif shutil.which(program) is None:
+        return [Problem(where, f"`{program}` is not on the PATH",
+                        "install it, or write its path (e.g. `./split.sh`, relative to the pipeline file)")]
+    return []
 
 
 def missing_extras(name: str, spec: ProcessorSpec) -> list[Problem]:

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from stylus.config.durations import Duration
+from stylus.config.groupings import Grouping, OutputName, groupings_from
 from stylus.config.secrets import DsnSetting, KafkaSettings
 
 Mode = Literal["at_least_once", "at_most_once", "exactly_once"]
@@ -81,6 +82,10 @@ class Semantics(Frozen):
 
 class CheckpointSpec(Frozen):
     interval: Duration = 2.0
+    # Swift's knobs, for `command` processors (docs/executable.md): also commit after this many acknowledged
+    # input records or bytes of input, whichever comes first
+    records: int | None = Field(None, ge=1)
+    bytes: int | None = Field(None, ge=1)
     # keep consuming and processing (output held) while a checkpoint's I/O is in flight (paper, Figure 9)
     overlap: bool = True
 
@@ -152,9 +157,19 @@ class AlertSpec(Frozen):
 
 
 class ProcessorSpec(Frozen):
-    class_: str = Field(alias="class", pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    class_: str | None = Field(None, alias="class", pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    # an executable over stdin/stdout JSON lines instead of `class` (Swift; docs/executable.md), run in the
+    # pipeline file's directory; the knobs below apply to it only
+    command: tuple[str, ...] | None = Field(None, min_length=1)
+    command_timeout: Duration = Field(30.0, gt=0)  # no answer for this long: the program is restarted
+    command_window: int = Field(1000, ge=1, le=100_000)  # input lines written and not yet answered, at most
+    command_attempts: int = Field(3, ge=1, le=100)  # crashes in a row on one record before `on_error` takes it
     inputs: tuple[str, ...] = Field(min_length=1)
-    outputs: tuple[str, ...] = ()
+    # topic names, each written either alone or as `{topic: NAME, grouping: all|global|key}`
+    # (stylus/config/groupings.py): the names stay here, the groupings go to `groupings`
+    outputs: tuple[OutputName, ...] = ()
+    # output topic -> Storm grouping other than the default (by key; shuffled without one): docs/groupings.md
+    groupings: dict[str, Grouping] = Field(default_factory=dict)
     config: dict[str, Any] = Field(default_factory=dict)
     semantics: Semantics = Semantics(state="at_least_once", output="at_least_once")
     checkpoint: CheckpointSpec = CheckpointSpec()
@@ -171,6 +186,62 @@ class ProcessorSpec(Frozen):
     @property
     def stateful(self) -> bool:
         return self.semantics.state is not None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_groupings(cls, data: Any) -> Any:
+        """`outputs: [words, {topic: control, grouping: all}]`: the groupings move to `groupings`, so
+        `outputs` stays a tuple of topic names for everything that reads it."""
+        return groupings_from(data)
+
+    @model_validator(mode="after")
+    def _groupings_name_outputs(self) -> ProcessorSpec:
+        stray = sorted(set(self.groupings) - set(self.outputs))
+        if stray:
+            raise FixableError(f"`groupings` names {', '.join(stray)}, which is not among the processor's outputs",
+                               "write the grouping on the output itself: "
+                               "`outputs: [..., {topic: NAME, grouping: all}]`")
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _command_is_stateless(cls, data: Any) -> Any:
+        """A `command` processor without `semantics` is at-least-once and stateless, not the class default."""
+        if isinstance(data, dict) and data.get("command") is not None and "semantics" not in data:
+            return {**data, "semantics": {"output": "at_least_once"}}
+        return data
+
+    @model_validator(mode="after")
+    def _class_or_command(self) -> ProcessorSpec:
+        if (self.class_ is None) == (self.command is None):
+            raise FixableError(
+                "a processor names either `class` (a Python processor) or `command` (an executable over "
+                "stdin/stdout JSON lines), " + ("not both" if self.command is not None else "and this one has neither"),
+                "keep one of `class: module:Class` and `command: [./program, arg]`",
+            )
+        if self.command is None:
+            # by value, not by `model_fields_set`: a pipeline dumped and parsed again (a backfill's Spark tasks)
+            # names every field
+            knobs: list[str] = [k for k in ("command_timeout", "command_window", "command_attempts")
+                                if getattr(self, k) != type(self).model_fields[k].default]
+            knobs += [f"checkpoint.{k}" for k in ("records", "bytes") if getattr(self.checkpoint, k) is not None]
+            if knobs:
+                raise FixableError(f"{', '.join(knobs)} apply to `command` processors only",
+                                   f"remove {', '.join(knobs)}, or use `command:` instead of `class:`")
+            return self
+        if self.semantics.pair != (None, "at_least_once"):
+            raise FixableError(
+                f"a `command` processor is at-least-once and stateless (its answers are replayed from the last "
+                f"commit after a restart); this one has (state={self.semantics.state}, "
+                f"output={self.semantics.output})",
+                "use `semantics: {output: at_least_once}`, or write the processor as a Python `class`",
+            )
+        unused = [k for k in ("event_time", "dedup") if getattr(self, k) is not None]
+        unused += [f"state.{k}" for k in ("backup", "changelog") if getattr(self.state, k)]
+        if unused:
+            raise FixableError(f"{', '.join(unused)} need(s) a Python processor; a `command` processor has no "
+                               "state nor timers", f"remove {', '.join(unused)}")
+        return self
 
     @model_validator(mode="after")
     def _dedup_needs_local_state(self) -> ProcessorSpec:

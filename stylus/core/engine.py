@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -13,6 +14,7 @@ import orjson
 from stylus.api import Processor, Record
 from stylus.config.model import Pipeline, ProcessorSpec
 from stylus.core.dedup import DedupFilter
+from stylus.core.groupings import Routes
 from stylus.core.message import RawMessage
 from stylus.core.sink import DirectOutput, Sink, refuse_oversized
 from stylus.core.task import NO_TIME, PartitionTask
@@ -53,8 +55,8 @@ class RaiseFailures:
 class EngineContext:
     """The `ctx` handed to the processor; its fields are repointed per record, not rebuilt."""
 
-    __slots__ = ("_default_topic", "_direct", "_encode", "_encode_any", "_outputs", "_pending", "_raw_key", "_sink",
-                 "_stamp", "_stamp_name", "_task",
+    __slots__ = ("_default_topic", "_direct", "_encode", "_encode_any", "_fixed", "_outputs", "_pending", "_raw_key",
+                 "_routes", "_sink", "_stamp", "_stamp_name", "_task",
                  "_timer", "_timestamp", "engine", "event_time", "processor_name", "record", "state", "watermark")
 
     def __init__(self, engine: Engine, name: str, default_topic: str | None) -> None:
@@ -70,6 +72,9 @@ class EngineContext:
         self._sink = engine.sink
         self._default_topic = default_topic
         self._outputs = frozenset(engine.spec.outputs)
+        # the partitions of outputs with a grouping other than by key, and the check of `emit(partition=n)`
+        self._routes = engine.routes
+        self._fixed = engine.routes.fixed  # output -> its partitions, for `all` and `global` outputs only
         # While a record (or timer) runs, its emits wait here and reach the sink only if it succeeds:
         # a record that fails leaves no partial output behind (stylus/runtime/failures.py).
         self._pending: list[tuple[Any, ...]] | None = None
@@ -93,9 +98,10 @@ class EngineContext:
         topic: str | None = None,
         timestamp: int | None = None,
         headers: Mapping[str, Any] | None = None,
+        partition: int | None = None,
     ) -> None:
         encode = self._encode
-        if encode is not None and topic is None and headers is None:  # the hot path: see `_direct`
+        if encode is not None and topic is None and headers is None and partition is None:  # hot path: `_direct`
             record: Any = self.record
             out: Any = self._pending  # a list whenever `_encode` is set
             try:
@@ -123,21 +129,35 @@ class EngineContext:
         if target not in self._outputs:
             raise ValueError(f"emitted to `{target}`, which is not among the processor's outputs")
         ts = self._timestamp if timestamp is None else int(timestamp)
+        # the partitions a grouping or `partition=n` chose (stylus/core/groupings.py); None: the producer's
+        fixed = self._fixed
+        parts = (self._routes.partitions(target, partition) if partition is not None
+                 else fixed.get(target) if fixed else None)
         pending = self._pending
         direct = self._direct
         if pending is None:
-            self._sink(target, key, value, ts, headers)
+            if parts is None:
+                self._sink(target, key, value, ts, headers)
+            else:
+                for part in parts:
+                    self._sink(target, key, value, ts, headers, partition=part)
         elif direct is not None:
             encoded = direct.encoders[target](value)
-            checked = direct.headers(headers) if headers else None
+            checked: Any = direct.headers(headers) if headers else None
+            raw_key = None if key is None else _key_bytes(key)
             stamp = self._stamp
-            if stamp is not None:  # our id first, as TransactionalSink stamps (see the hot path above)
-                offset = self.record.offset  # type: ignore[union-attr]  # set while a record runs
-                checked = [(self._stamp_name, stamp % (offset, len(pending))), *(checked or ())]
-            pending.append((target, encoded, None if key is None else _key_bytes(key), -1, None, None, ts,
-                            checked))
-        else:
+            for part in (-1,) if parts is None else parts:
+                if stamp is not None:  # our id first, as TransactionalSink stamps (see the hot path above)
+                    offset = self.record.offset  # type: ignore[union-attr]  # set while a record runs
+                    item_headers: Any = [(self._stamp_name, stamp % (offset, len(pending))), *(checked or ())]
+                else:
+                    item_headers = checked
+                pending.append((target, encoded, raw_key, part, None, None, ts, item_headers))
+        elif parts is None:
             pending.append((self._sink, target, key, value, ts, headers))
+        else:
+            for part in parts:
+                pending.append((partial(self._sink, partition=part), target, key, value, ts, headers))
 
     def set_timer(self, key: str, timestamp: int) -> None:
         task = self._task
@@ -166,6 +186,7 @@ class Engine:
         # a processor with `raw_input = True` (the archiver) gets the value bytes exactly as on the topic
         raw = bool(getattr(processor, "raw_input", False))
         self.decoders = {t: decoder("bytes" if raw else pipeline.topics[t].serde) for t in spec.inputs}
+        self.routes = Routes(pipeline, spec)  # Storm's groupings on the outputs (docs/groupings.md)
         self.ctx = EngineContext(self, name, spec.outputs[0] if spec.outputs else None)
         self.event_field = spec.event_time.field if spec.event_time else None
         self.track_time = spec.event_time is not None or type(processor).on_timer is not Processor.on_timer
@@ -235,6 +256,8 @@ class Engine:
                         offer = getattr(sink, "direct", None) if held is not None else None
                         direct = ctx._direct = offer() if offer is not None else None
                         encode = direct.encoders[ctx._default_topic] if direct and ctx._default_topic else None
+                        if encode is not None and ctx._default_topic in self.routes:
+                            encode = None  # a grouped default output takes emit's general path
                         ctx._encode_any = encode or _JSON_ENCODE
                         ctx._encode = orjson.dumps if encode is _JSON_ENCODE else encode
                         produce = direct.produce if direct is not None else None

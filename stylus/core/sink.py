@@ -7,8 +7,12 @@ from typing import Any, NamedTuple, Protocol
 
 
 class Sink(Protocol):
+    """`partition`: -1 for the producer's choice (by key, or spread); else the one a grouping or
+    `ctx.emit(partition=n)` chose (stylus/core/groupings.py), passed only then, by name."""
+
     def __call__(
-        self, topic: str, key: str | None, value: Any, timestamp: int, headers: Mapping[str, Any] | None
+        self, topic: str, key: str | None, value: Any, timestamp: int, headers: Mapping[str, Any] | None,
+        partition: int = -1,
     ) -> None: ...
 
 
@@ -60,19 +64,22 @@ class DirectOutput(NamedTuple):
 
 
 class Output:
-    __slots__ = ("headers", "key", "timestamp", "topic", "value")
+    __slots__ = ("headers", "key", "partition", "timestamp", "topic", "value")
 
     def __init__(
-        self, topic: str, key: str | None, value: Any, timestamp: int, headers: Mapping[str, Any] | None
+        self, topic: str, key: str | None, value: Any, timestamp: int, headers: Mapping[str, Any] | None,
+        partition: int = -1,
     ) -> None:
         self.topic = topic
         self.key = key
         self.value = value
         self.timestamp = timestamp
         self.headers = headers
+        self.partition = partition  # -1: the producer's choice
 
     def __repr__(self) -> str:
-        return f"Output({self.topic!r}, key={self.key!r}, value={self.value!r}, ts={self.timestamp})"
+        where = f"[{self.partition}]" if self.partition >= 0 else ""
+        return f"Output({self.topic!r}{where}, key={self.key!r}, value={self.value!r}, ts={self.timestamp})"
 
 
 class CollectingSink:
@@ -83,8 +90,9 @@ class CollectingSink:
         self.outputs: list[Output] = []
 
     def __call__(
-        self, topic: str, key: str | None, value: Any, timestamp: int, headers: Mapping[str, Any] | None
+        self, topic: str, key: str | None, value: Any, timestamp: int, headers: Mapping[str, Any] | None,
+        partition: int = -1,
     ) -> None:
         if topic not in self.allowed:
             raise ValueError(f"emitted to `{topic}`, which is not among the processor's outputs")
-        self.outputs.append(Output(topic, key, value, timestamp, headers))
+        self.outputs.append(Output(topic, key, value, timestamp, headers, partition))

@@ -29,7 +29,7 @@ def _overrides_on_timer(class_path: str) -> bool:
 
 def tracks_time(pipeline: Pipeline, name: str) -> bool:
     spec = pipeline.processors[name]
-    return spec.event_time is not None or _overrides_on_timer(spec.class_)
+    return spec.event_time is not None or (spec.class_ is not None and _overrides_on_timer(spec.class_))
 
 
 def publishes(pipeline: Pipeline, name: str) -> bool:

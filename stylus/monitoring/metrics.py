@@ -29,6 +29,7 @@ from stylus.core.task import NO_TIME, PartitionTask
 from stylus.kafka.offsets import end_offsets
 from stylus.kafka.settings import connect
 from stylus.monitoring.lag import age_seconds, first_timestamps
+from stylus.runtime.executable import ExecutableWorker
 from stylus.runtime.stats import Timing
 from stylus.runtime.worker import Worker
 
@@ -117,7 +118,8 @@ def _add_timing(family: HistogramMetricFamily, labels: list[str], timing: Timing
 class StylusCollector(Collector):
     """Metrics of the workers returned by `workers()` (evaluated at each scrape)."""
 
-    def __init__(self, pipeline: Pipeline, workers: Callable[[], Mapping[str, Worker]], bootstrap: str,
+    def __init__(self, pipeline: Pipeline, workers: Callable[[], Mapping[str, Worker | ExecutableWorker]],
+                 bootstrap: str,
                  errors: Callable[[], Mapping[str, str]] = dict) -> None:
         self.pipeline = pipeline
         self.workers = workers
@@ -182,6 +184,9 @@ class StylusCollector(Collector):
                                      labels=PROC_LABELS)
         running = GaugeMetricFamily("stylus_processor_running", "1 while the processor runs, 0 once stopped/failed",
                                     labels=PROC_LABELS)
+        restarts = CounterMetricFamily("stylus_command_restarts", "Times a `command` processor's program was "
+                                       "restarted (it exited, stopped answering or broke the protocol)",
+                                       labels=PROC_LABELS)
         errors = self.errors()
         for name, worker in list(self.workers().items()):
             proc = [pipe, name]
@@ -203,16 +208,21 @@ class StylusCollector(Collector):
             emitted.add_metric(proc, worker.sink.emitted)
             dead.add_metric(proc, worker.failures.dead_lettered)
             skipped.add_metric(proc, worker.failures.skipped)
+            rebalances.add_metric(proc, worker.rebalances)
+            _add_timing(ckpt, proc, worker.stats.checkpoint)
+            last_ckpt.add_metric(proc, worker.stats.checkpoint.last_at)
+            interval.add_metric(proc, spec.checkpoint.interval)
+            assigned.add_metric(proc, len(tasks))
+            running.add_metric(proc, 0 if worker.finished or name in errors else 1)
+            if isinstance(worker, ExecutableWorker):  # no engine, state, timers nor backups
+                restarts.add_metric(proc, worker.restarts)
+                continue
             for action, count in worker.engine.late.counters.as_dict().items():
                 late.add_metric([*proc, action], count)
-            rebalances.add_metric(proc, worker.rebalances)
             if spec.dedup is not None:
                 duplicates.add_metric(proc, worker.duplicates)
             _add_timing(latency, proc, worker.stats.batch)
-            _add_timing(ckpt, proc, worker.stats.checkpoint)
             _add_timing(commit, proc, worker.stats.commit)
-            last_ckpt.add_metric(proc, worker.stats.checkpoint.last_at)
-            interval.add_metric(proc, spec.checkpoint.interval)
             backups = worker.backups
             if backups is not None:
                 since = backups.last_success or worker.stats.started_at
@@ -222,13 +232,11 @@ class StylusCollector(Collector):
             watermark = worker.engine.watermark
             if spec.event_time is not None and watermark != NO_TIME:
                 wm_lag.add_metric(proc, max(0.0, now - watermark / 1000.0))
-            assigned.add_metric(proc, len(tasks))
-            running.add_metric(proc, 0 if worker.finished or name in errors else 1)
         yield from (lag_msgs, lag_secs, position, committed, end, processed, emitted, dead, skipped, late,
                     rebalances, latency, ckpt, commit, last_ckpt, interval, backup_age, backup_done, backup_failed,
-                    wm_lag, assigned, running, duplicates)
+                    wm_lag, assigned, running, duplicates, restarts)
 
-    def _lags(self, worker: Worker, tasks: list[PartitionTask], now: float
+    def _lags(self, worker: Worker | ExecutableWorker, tasks: list[PartitionTask], now: float
               ) -> dict[TP, tuple[int | None, int | None, int | None, int | None, float | None]]:
         """Per task: (position, committed, end, lag messages, lag seconds); None where unknown (a lagging
         partition whose oldest record could not be read reports no lag seconds rather than a false 0)."""

@@ -30,7 +30,8 @@ SMALL_BATCH = 100
 _END = 2**63  # fire(): the end of the replay, where waiting timers that are still unset are dropped
 
 
-def _discard(topic: str, key: str | None, value: Any, timestamp: int, headers: Mapping[str, Any] | None) -> None:
+def _discard(topic: str, key: str | None, value: Any, timestamp: int, headers: Mapping[str, Any] | None,
+             partition: int = -1) -> None:
     """A sink that writes nothing: the previous owner already wrote this output."""
 
 

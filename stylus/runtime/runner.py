@@ -19,6 +19,7 @@ from stylus.kafka.admin import create_topics, pipeline_topics
 from stylus.kafka.broker import EmbeddedBroker
 from stylus.kafka.reach import probe
 from stylus.kafka.settings import bootstrap_from, bootstrap_origin, remember_connection
+from stylus.runtime.executable import ExecutableWorker
 from stylus.runtime.worker import Worker, WorkerFailed
 from stylus.state.preflight import check_state_dirs
 
@@ -61,7 +62,7 @@ class PipelineRunner:
         self.stop = stop or threading.Event()
         self.exit_when_idle = exit_when_idle
         self.instance = instance
-        self.workers: dict[str, Worker] = {}
+        self.workers: dict[str, Worker | ExecutableWorker] = {}
         self.errors: dict[str, str] = {}
 
     def _upstream_done(self, name: str) -> bool:
@@ -71,7 +72,8 @@ class PipelineRunner:
         check_state_dirs(self.pipeline, self.names)  # before any client: a clear error, not a worker traceback
         create_topics(self.bootstrap, pipeline_topics(self.pipeline), self.pipeline)
         for name in self.names:
-            self.workers[name] = Worker(
+            kind = ExecutableWorker if self.pipeline.processors[name].command is not None else Worker  # Swift
+            self.workers[name] = kind(
                 self.pipeline, name, self.bootstrap, stop=self.stop, exit_when_idle=self.exit_when_idle,
                 upstream_done=functools.partial(self._upstream_done, name), instance=self.instance,
             )

@@ -90,7 +90,8 @@ class KafkaSink:
         self.emitted = 0
 
     def __call__(
-        self, topic: str, key: str | None, value: Any, timestamp: int, headers: Mapping[str, Any] | None
+        self, topic: str, key: str | None, value: Any, timestamp: int, headers: Mapping[str, Any] | None,
+        partition: int = -1,
     ) -> None:
         encode = self.encoders.get(topic)
         if encode is None:
@@ -102,12 +103,12 @@ class KafkaSink:
         checked = clean_headers(headers, repair=False) if headers else None
         self.emitted += 1
         if self.hold or self.paused:
-            self._hold((topic, data, raw_key, -1, None, None, timestamp, checked))
+            self._hold((topic, data, raw_key, partition, None, None, timestamp, checked))
             return
         try:  # one produce call (topic, value, key, partition, callback, on_delivery, timestamp, headers)
-            self.producer.produce(topic, data, raw_key, -1, None, None, timestamp, checked)
+            self.producer.produce(topic, data, raw_key, partition, None, None, timestamp, checked)
         except BufferError:  # the retry loop only when the queue is full
-            self._produce(topic, data, raw_key, timestamp, checked)
+            self._produce(topic, data, raw_key, timestamp, checked, partition)
 
     def direct(self) -> DirectOutput | None:
         """The engine's hot path (stylus/core/engine.py): it encodes in `ctx.emit` and produces a record's
@@ -127,8 +128,8 @@ class KafkaSink:
 
     def _produce_item(self, item: Pending) -> None:
         """A direct or held item (the positional arguments of `produce`) whose produce met a full queue."""
-        topic, value, key, _partition, _callback, _on_delivery, timestamp, *headers = item
-        self._produce(topic, value, key, timestamp, headers[0] if headers else None)
+        topic, value, key, partition, _callback, _on_delivery, timestamp, *headers = item
+        self._produce(topic, value, key, timestamp, headers[0] if headers else None, partition)
 
     def send(
         self, topic: str, value: bytes | None, key: bytes | None, timestamp: int, headers: Any = None
@@ -142,11 +143,12 @@ class KafkaSink:
             return
         self._produce(topic, value, key, timestamp, headers)
 
-    def _produce(self, topic: str, value: bytes | None, key: bytes | None, timestamp: int, headers: Any) -> None:
+    def _produce(self, topic: str, value: bytes | None, key: bytes | None, timestamp: int, headers: Any,
+                 partition: int = -1) -> None:
         produce = self.producer.produce
         while True:
             try:
-                produce(topic, value, key, -1, None, None, timestamp, headers or None)
+                produce(topic, value, key, partition, None, None, timestamp, headers or None)
                 return
             except BufferError:  # the producer's queue is full: wait for the broker (backpressure)
                 self.producer.poll(0.05)

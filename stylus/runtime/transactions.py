@@ -111,22 +111,23 @@ class TransactionalSink(KafkaSink):
         return f"{self.prefix}{origin}:{self._index}".encode()
 
     def __call__(self, topic: str, key: str | None, value: Any, timestamp: int,
-                 headers: Mapping[str, Any] | None) -> None:
+                 headers: Mapping[str, Any] | None, partition: int = -1) -> None:
         """The emit path off the engine's direct output (timers, dead letters, late records)."""
         encode = self.encoders.get(topic)
         if encode is None:
             raise ValueError(f"emitted to `{topic}`, which is not among the processor's outputs")
-        self.send(topic, encode(value), encode_key(key), timestamp, headers)
+        self.send(topic, encode(value), encode_key(key), timestamp, headers, partition)
 
-    def send(self, topic: str, value: bytes | None, key: bytes | None, timestamp: int, headers: Any = None) -> None:
+    def send(self, topic: str, value: bytes | None, key: bytes | None, timestamp: int, headers: Any = None,
+             partition: int = -1) -> None:
         stamped: list[tuple[str, Any]] = [(ID_HEADER, self._next_id())] if self.stamp else []
         if headers:
             stamped.extend(clean_headers(headers, repair=True))
         self.emitted += 1
         if self.paused:  # a checkpoint (this transaction's commit) is in flight: wait for the next one
-            self._hold((topic, value, key, -1, None, None, timestamp, stamped or None))
+            self._hold((topic, value, key, partition, None, None, timestamp, stamped or None))
             return
-        self._produce(topic, value, key, timestamp, stamped or None)
+        self._produce(topic, value, key, timestamp, stamped or None, partition)
 
     def direct(self) -> DirectOutput | None:
         """The engine's hot path (KafkaSink.direct): the engine encodes, stamps the id when asked

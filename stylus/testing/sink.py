@@ -42,11 +42,12 @@ class DriverSink:
         self.pending: list[Entry] = []  # held or uncommitted since the last checkpoint
 
     def __call__(self, topic: str, key: str | None, value: Any, timestamp: int,
-                 headers: Mapping[str, Any] | None) -> None:
+                 headers: Mapping[str, Any] | None, partition: int = -1) -> None:
+        """`partition` >= 0: the one a grouping or `ctx.emit(partition=n)` chose (stylus/core/groupings.py)."""
         if topic not in self.allowed:
             raise ValueError(f"emitted to `{topic}`, which is not among the processor's outputs")
         data = self.encoders[topic](value)  # an unencodable value fails its record, as in the runtime
-        self._append(topic, encode_key(key), data, timestamp, header_pairs(headers))
+        self._append(topic, encode_key(key), data, timestamp, header_pairs(headers), partition)
 
     def send(self, topic: str, value: bytes | None, key: bytes | None, timestamp: int, headers: Any = None) -> None:
         """Raw bytes (dead letters, late records), under the same holding rule as emitted output."""
@@ -56,8 +57,8 @@ class DriverSink:
         self._append(topic, key, value, timestamp, pairs)
 
     def _append(self, topic: str, key: bytes | None, value: bytes | None, timestamp: int,
-                headers: list[tuple[str, bytes]] | None) -> None:
-        partition = self.topics.pick_partition(topic, key, None)
+                headers: list[tuple[str, bytes]] | None, chosen: int = -1) -> None:
+        partition = self.topics.pick_partition(topic, key, chosen if chosen >= 0 else None)
         entry = self.topics.append(topic, partition, key, value, int(timestamp), headers, self.status)
         if self.status is not Status.VISIBLE:
             self.pending.append(entry)

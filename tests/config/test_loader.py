@@ -57,7 +57,7 @@ def test_good_pipeline_parses_with_defaults() -> None:
          "processors.counter.checkpoint.interval", "is not a duration", "'500ms'"),
         # 5. a missing required field
         (lambda t: t.replace("    class: tests.apps.counting:WordCount\n", ""),
-         "processors.counter.class", "`class` is required", "add `class:`"),
+         "processors.counter", "either `class` (a Python processor) or `command`", "keep one of `class:"),
         # 6. a bad serde
         (lambda t: t.replace("serde: json", "serde: avro"),
          "topics.counts.serde", "Input should be", "use one of 'json', 'string' or 'bytes'"),

@@ -10,6 +10,7 @@ class WordCount(Processor):
     """Counts each key and emits the running count (docs/reference.md's Processor API example)."""
 
     def process(self, record: Record, ctx: Context) -> None:
-        n = (ctx.state.get(record.key) or 0) + 1
-        ctx.state[record.key] = n
-        ctx.emit({"word": record.key, "count": n}, key=record.key)
+        word = record.key or ""  # the splitter keys every word by itself
+        n = (ctx.state.get(word) or 0) + 1
+        ctx.state[word] = n
+        ctx.emit({"word": word, "count": n}, key=word)

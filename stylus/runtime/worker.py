@@ -45,9 +45,8 @@ MAX_HELD_OUTPUT = 200_000
 #: At-most-once output waits in memory for the checkpoint that releases it: it takes the place of
 #: MAX_HELD_OUTPUT for a worker whose output is held so (a checkpoint as soon as this many records are held,
 #: and the worker waits for the one in flight past it). Kept small: held records released in bulk hand their
-#: memory back to the kernel, and the next ones fault it in again page by page (1M-record Counter Node runs:
-#: 134-146k records/s and 3.0-3.3 s of kernel time at 200,000; 222-224k records/s and 0.5 s at 20,000.
-#: BENCHMARKS.md, issue 3). It also bounds what a crash loses and how long output waits.
+#: memory back to the kernel, and the next ones fault it in again page by page, which costs far more kernel
+#: time than a small batch does. It also bounds what a crash loses and how long output waits.
 AT_MOST_ONCE_BATCH = 20_000
 #: Producers report failed deliveries only (`delivery.report.only.error`): serving them this often, not after
 #: every batch, spares the worker a GIL release and reacquire per producer per loop.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,21 @@ def _counts_exact(outputs: list[dict[str, Any]], truth: Counter[str]) -> list[st
             if sorted(per_key.get(key, [])) != list(range(1, n + 1))]
 
 
+def _a_crashes_then_b_finishes(a: Instance, b: Instance, left_behind: Callable[[], None]) -> None:
+    """A runs until its first checkpoint kills it (STYLUS_FAULT_KILL_AFTER), `left_behind` checks what it left,
+    then B, another machine, runs to the end and exits cleanly."""
+    a.start()
+    try:
+        assert a.wait(120) not in (None, 0), a.tail()  # killed at its first checkpoint's stage
+        left_behind()
+        b.start(exit_when_idle=3)
+        code_b = b.wait(180)
+    finally:
+        a.kill()
+        b.kill()
+    assert code_b == 0, b.tail()
+
+
 def test_a_crashed_owners_open_transaction_is_aborted_by_the_partitions_next_owner(
         bootstrap: str, pipeline_factory: PipelineFactory, tmp_path: Path) -> None:
     """A is SIGKILLed in its first checkpoint, its transaction open with outputs in it: only its claim (O1)
@@ -95,19 +111,14 @@ def test_a_crashed_owners_open_transaction_is_aborted_by_the_partitions_next_own
 
     a = Instance(path_a, tmp_path / "a.log", bootstrap, name="a", env={"STYLUS_FAULT_KILL_AFTER": "txn.stage:1"})
     b = Instance(path_b, tmp_path / "b.log", bootstrap, name="b")
-    a.start()
-    try:
-        code_a = a.wait(120)
-        assert code_a not in (None, 0), a.tail()  # killed at its first checkpoint's stage
-        claims = {owner_to_fence(m) for m in _metadata(bootstrap, group, events, 2)}
+    claims: set[str | None] = set()
+
+    def left_behind() -> None:
+        claims.update(owner_to_fence(m) for m in _metadata(bootstrap, group, events, 2))
         assert len(claims) == 1 and None not in claims, claims  # both partitions claimed by A's producer
         assert _open_transaction_on(bootstrap, counts, 2), "A's outputs should still be in its open transaction"
-        b.start(exit_when_idle=3)
-        code_b = b.wait(180)
-    finally:
-        a.kill()
-        b.kill()
-    assert code_b == 0, b.tail()
+
+    _a_crashes_then_b_finishes(a, b, left_behind)
     (owner,) = claims
     assert b.says(f"fencing {owner}"), b.tail()
     assert not _open_transaction_on(bootstrap, counts, 2), blocked(b)
@@ -176,16 +187,10 @@ def test_a_partition_claimed_at_its_start_is_not_mistaken_for_lost_state(
 
     a = Instance(path_a, tmp_path / "a.log", bootstrap, name="a", env={"STYLUS_FAULT_KILL_AFTER": "txn.stage:1"})
     b = Instance(path_b, tmp_path / "b.log", bootstrap, name="b")
-    a.start()
-    try:
-        assert a.wait(120) not in (None, 0), a.tail()
+    def claimed_at_the_start() -> None:
         assert all(empty_state_at(m) for m in _metadata(bootstrap, group, events, 2))
-        b.start(exit_when_idle=3)
-        code_b = b.wait(180)
-    finally:
-        a.kill()
-        b.kill()
-    assert code_b == 0, b.tail()
+
+    _a_crashes_then_b_finishes(a, b, claimed_at_the_start)
     assert all_committed(bootstrap, group, events, 2)
     bad = _counts_exact(read_json(bootstrap, counts), Counter(kept))
     assert not bad, bad

@@ -55,6 +55,12 @@ def _committed_json(bootstrap: str, topic: str, *logs: Instance) -> list[dict[st
                              + "\n".join(i.tail() for i in logs)) from exc
 
 
+def _close_every_window(bootstrap: str, events: str, partitions: int) -> None:
+    """A far-future record on every partition: the watermark passes every window, so all of them close."""
+    produce_now(bootstrap, events, [Rec("zz", {"k": "zz", "ts": FAR_FUTURE, "amount": 0, "i": -1}, FAR_FUTURE, p)
+                                    for p in range(partitions)])
+
+
 def _output_count(bootstrap: str, topic: str, partitions: int) -> int:
     return sum(high for _, high in topic_ends(bootstrap, topic, partitions).values())
 
@@ -112,9 +118,7 @@ def test_sigkill_of_an_exactly_once_processor_with_timers_emits_every_window_onc
         sent_at_kill = feeder.sent
         restarted.start(exit_when_idle=3)
         feeder.join_checked(60)
-        # far-future records on every partition close every window
-        produce_now(bootstrap, events, [Rec("zz", {"k": "zz", "ts": FAR_FUTURE, "amount": 0, "i": -1}, FAR_FUTURE, p)
-                                        for p in range(3)])
+        _close_every_window(bootstrap, events, 3)
         code = restarted.wait(180)
     finally:
         feeder.stop_flag.set()
@@ -401,8 +405,7 @@ def test_partitions_of_a_timer_processor_moved_without_their_state_emit_each_win
         sent_at_kill = feeder.sent
         b.start(exit_when_idle=3)  # another machine, no backup: B rebuilds the state from the input
         feeder.join_checked(60)
-        produce_now(bootstrap, events, [Rec("zz", {"k": "zz", "ts": FAR_FUTURE, "amount": 0, "i": -1}, FAR_FUTURE, p)
-                                        for p in range(2)])
+        _close_every_window(bootstrap, events, 2)
         code = b.wait(180)
     finally:
         feeder.stop_flag.set()

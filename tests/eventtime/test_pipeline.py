@@ -17,6 +17,7 @@ from stylus.kafka.reader import read_topic
 from stylus.runtime.runner import PipelineRunner
 from tests.conftest import PipelineFactory
 from tests.support.kafka import read_json
+from tests.support.threads import join_runner
 
 
 def _raw(bootstrap: str, topic: str, partitions: int) -> list[Any]:
@@ -104,12 +105,7 @@ def test_three_stage_pipeline_closes_windows_after_upstream(bootstrap: str, pipe
     runner = PipelineRunner(pipeline, bootstrap, exit_when_idle=3.0)
     thread = threading.Thread(target=runner.run, kwargs={"install_signals": False})
     thread.start()
-    thread.join(120)
-    if thread.is_alive():
-        runner.stop.set()
-        thread.join(30)
-        raise AssertionError("the pipeline did not finish")
-    assert not runner.errors, runner.errors
+    join_runner(runner, thread)
 
     totals = [r for r in read_json(bootstrap, topics["thirties"].outputs[0]) if r["key"] != "z"]
     expected: dict[tuple[str, int], int] = defaultdict(int)

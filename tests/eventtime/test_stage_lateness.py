@@ -24,6 +24,7 @@ from stylus.state.kv import MemoryKV
 from stylus.state.store import PartitionStore
 from tests.conftest import PipelineFactory
 from tests.support.kafka import read_json
+from tests.support.threads import join_runner
 
 WINDOW = {"window": {"type": "tumbling", "size": "10s"}, "aggregate": {"type": "count"}, "key": "category"}
 
@@ -141,12 +142,7 @@ def test_a_window_stage_behind_a_rekeying_stage_closes_no_window_before_its_grac
     _wait_until(lambda: [len(w.tasks) for w in list(runner.workers.values())] == [1, 2], runner,
                 "both stages assigned")
     _produce(bootstrap, events, [(0, r) for r in shuffled] + [(0, sentinel)])
-    thread.join(120)
-    if thread.is_alive():
-        runner.stop.set()
-        thread.join(30)
-        raise AssertionError("the pipeline did not finish")
-    assert not runner.errors, runner.errors
+    join_runner(runner, thread)
 
     expected: dict[tuple[str, int], int] = defaultdict(int)
     for r in records:

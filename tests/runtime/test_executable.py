@@ -202,13 +202,21 @@ def feed_lines(bootstrap: str, pipeline: Pipeline, poison_at: int, n: int = 20) 
                 [Rec(f"k{i}", "poison" if i == poison_at else f"line {i}", 1_000 + i) for i in range(n)])  # type: ignore[arg-type]
 
 
+def poisoned_run(pipeline_factory: PipelineFactory, bootstrap: str, program: list[str], on_error: str, *, name: str,
+                 poison_at: int, n: int = 20, **settings: Any) -> tuple[Pipeline, PipelineRunner, int]:
+    """The echo pipeline over `n` lines with a poisoned one, run to its end: (pipeline, runner, exit code)."""
+    _, pipeline = pipeline_factory(poisoned_doc(program, on_error, **settings), name=name)
+    feed_lines(bootstrap, pipeline, poison_at=poison_at, n=n)
+    runner = PipelineRunner(pipeline, bootstrap, exit_when_idle=1.0)
+    return pipeline, runner, runner.run(install_signals=False)
+
+
 def test_a_record_that_keeps_crashing_the_program_is_dead_lettered(
         pipeline_factory: PipelineFactory, bootstrap: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    _, pipeline = pipeline_factory(poisoned_doc(echo_program(tmp_path, CRASH), "dead_letter"), name="poison")
-    feed_lines(bootstrap, pipeline, poison_at=7)
-    runner = PipelineRunner(pipeline, bootstrap, exit_when_idle=1.0)
     with caplog.at_level(logging.WARNING):
-        assert runner.run(install_signals=False) == 0, runner.errors
+        pipeline, runner, code = poisoned_run(pipeline_factory, bootstrap, echo_program(tmp_path, CRASH),
+                                              "dead_letter", name="poison", poison_at=7)
+    assert code == 0, runner.errors
     worker = runner.workers["echo"]
     assert isinstance(worker, ExecutableWorker) and worker.restarts == 2
     out = read_json(bootstrap, _topic(pipeline, "out"))
@@ -223,11 +231,10 @@ def test_a_record_that_keeps_crashing_the_program_is_dead_lettered(
 
 def test_a_record_that_keeps_crashing_the_program_stops_the_processor(
         pipeline_factory: PipelineFactory, bootstrap: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    _, pipeline = pipeline_factory(poisoned_doc(echo_program(tmp_path, CRASH), "stop"), name="poison-stop")
-    feed_lines(bootstrap, pipeline, poison_at=5)
-    runner = PipelineRunner(pipeline, bootstrap, exit_when_idle=1.0)
     with caplog.at_level(logging.WARNING):
-        assert runner.run(install_signals=False) == 1
+        pipeline, runner, code = poisoned_run(pipeline_factory, bootstrap, echo_program(tmp_path, CRASH), "stop",
+                                              name="poison-stop", poison_at=5)
+    assert code == 1
     assert "error while closing" not in caplog.text  # a clean stop: the final commit is taken
     message = runner.errors["echo"]
     assert "processor `echo`" in message and "@5" in message and "failed 2 times in a row" in message
@@ -238,11 +245,9 @@ def test_a_record_that_keeps_crashing_the_program_stops_the_processor(
 
 def test_a_program_that_stops_answering_is_restarted_then_dead_lettered(
         pipeline_factory: PipelineFactory, bootstrap: str, tmp_path: Path) -> None:
-    _, pipeline = pipeline_factory(poisoned_doc(echo_program(tmp_path, "sleep 600"), "dead_letter",
-                                                command_timeout="1s"), name="hang")
-    feed_lines(bootstrap, pipeline, poison_at=3, n=10)
-    runner = PipelineRunner(pipeline, bootstrap, exit_when_idle=1.0)
-    assert runner.run(install_signals=False) == 0, runner.errors
+    pipeline, runner, code = poisoned_run(pipeline_factory, bootstrap, echo_program(tmp_path, "sleep 600"),
+                                          "dead_letter", name="hang", poison_at=3, n=10, command_timeout="1s")
+    assert code == 0, runner.errors
     worker = runner.workers["echo"]
     assert isinstance(worker, ExecutableWorker) and worker.restarts == 2
     out = read_json(bootstrap, _topic(pipeline, "out"))

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from stylus.runtime.runner import PipelineRunner
 
 
 def run_concurrently(calls: Iterable[Callable[[], object]], timeout: float = 60.0) -> None:
@@ -25,3 +29,14 @@ def run_concurrently(calls: Iterable[Callable[[], object]], timeout: float = 60.
     assert not any(thread.is_alive() for thread in threads), f"a concurrent call ran past {timeout:g}s"
     if errors:
         raise errors[0]
+
+
+def join_runner(runner: PipelineRunner, thread: threading.Thread, timeout: float = 120.0) -> None:
+    """Wait for a `PipelineRunner.run` thread (an `exit_when_idle` run) to end: stop it and fail if it is still
+    running after `timeout`, and fail on any processor's error."""
+    thread.join(timeout)
+    if thread.is_alive():
+        runner.stop.set()
+        thread.join(30)
+        raise AssertionError("the pipeline did not finish")
+    assert not runner.errors, runner.errors

@@ -18,7 +18,7 @@ from stylus.core.groupings import Routes
 from stylus.core.message import RawMessage
 from stylus.core.sink import DirectOutput, Sink, refuse_oversized
 from stylus.core.task import NO_TIME, PartitionTask
-from stylus.eventtime.clock import META_KEY, clock_of
+from stylus.eventtime.clock import META_KEY, PartitionClock, clock_of
 from stylus.eventtime.control import decode as decode_control
 from stylus.eventtime.control import is_control
 from stylus.eventtime.late import LateHandler
@@ -190,7 +190,9 @@ class Engine:
         self.ctx = EngineContext(self, name, spec.outputs[0] if spec.outputs else None)
         self.event_field = spec.event_time.field if spec.event_time else None
         self.track_time = spec.event_time is not None or type(processor).on_timer is not Processor.on_timer
-        self.watermark = NO_TIME  # the processor's low watermark (monotonic); see stylus/eventtime
+        # the processor's low watermark: it rises with its partitions' floors and goes back only for a partition
+        # that joins behind them (advance_time); see stylus/eventtime
+        self.watermark = NO_TIME
         self.watermarks = WatermarkTracker(spec.event_time, pipeline, spec.inputs)
         self.late = LateHandler(pipeline, name, processor, sink)
         self.check_late = spec.event_time is not None  # `event_time.late` applies only where it is configured
@@ -269,7 +271,9 @@ class Engine:
                             ctx._stamp = stamp_owner = None
                     undo = task.state.journal() if task.state is not None and atomic else None
                     last_topic, last_partition = topic, partition
-                    clock = clock_of(task)
+                    clock = task.clock
+                    if clock is None:  # the partition's first records since it was assigned (see _joined)
+                        clock = self._joined(task)
                     clock.last_active = now
                     task.at_eof = False
                     ctx.watermark = max(self.watermark, clock.floor)
@@ -398,7 +402,13 @@ class Engine:
         """Recompute the low watermark from the partitions, fire the timers it passed, and remember it in
         each partition's state (its floor after a restart). Returns the number of timers fired."""
         tasks = list(tasks)
-        fired = self.fire_timers(tasks, self.watermarks.low_watermark(tasks, now))
+        low = self.watermarks.low_watermark(tasks, now)
+        if low < self.watermark:
+            # A partition joined behind the others (an incremental assignment, a re-opened partition): the
+            # watermark goes back to it, or its records would be judged against the others' progress. The
+            # partitions held before keep their floors, so their fired timers and late records stay so.
+            self.watermark = self.ctx.watermark = low
+        fired = self.fire_timers(tasks, low)
         mark = self.watermark
         for task in tasks:
             clock = clock_of(task)
@@ -409,6 +419,15 @@ class Engine:
                 if snapshot is not None:
                     task.store.set_meta(META_KEY, snapshot)
         return fired
+
+    def _joined(self, task: PartitionTask) -> PartitionClock:
+        """A partition's clock, the first time the engine meets the partition: one that joins behind the
+        others (an incremental assignment, a partition re-opened from its state) takes the watermark back to
+        its floor at once, before its first records are judged late against the others' progress."""
+        clock = clock_of(task)
+        if clock.floor < self.watermark:
+            self.watermark = clock.floor
+        return clock
 
     def _fire_one(self, task: PartitionTask, key: str, timestamp: int) -> None:
         """One `on_timer` call, atomic like a record: on failure its state writes and emits are undone and

@@ -11,7 +11,8 @@ and its windows must wait for them. `confidence` and `idle_timeout` concern sour
 partition stops holding the watermark back once it sits at its end offset and has brought nothing
 for `idle_timeout`; one that is not at its end still holds it, because records behind it are in
 flight. When every partition is idle the watermark follows the most advanced one. No partition ever
-goes below its saved floor.
+goes below its saved floor; a partition that joins behind the others takes the processor's watermark back to
+its own floor (Engine._joined).
 """
 
 from __future__ import annotations

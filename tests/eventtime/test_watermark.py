@@ -101,3 +101,27 @@ def test_floor_survives_a_restart_and_timers_do_not_fire_twice() -> None:
     assert late == [] and again.engine.late.counters.dropped == 1
     again.feed([{"id": 10, "ts": 10_000}])
     assert [o.value["id"] for o in again.advance()] == ["9"]
+
+
+def test_a_partition_that_joins_behind_takes_the_watermark_back_and_keeps_its_records() -> None:
+    """An incremental assignment adds a partition whose saved floor is behind the watermark the processor
+    reached on the others: its records are judged against its own floor, not dropped as late, and the
+    partitions held before keep theirs (their fired timers do not fire again, their late records stay late)."""
+    doc = pipeline_doc("tests.apps.timed:Alarm", event_time={"field": "ts", "late": "drop"}, partitions=2)
+    kvs: dict[int, MemoryKV] = {}
+    behind = Rig(doc, kvs)  # partition 1's previous owner: its floor is saved at 4000
+    behind.feed([{"id": f"b{i}", "ts": i * 1000} for i in range(5)], partition=1)
+    behind.advance()
+    behind.checkpoint()
+    rig = Rig(doc, {0: MemoryKV(), 1: kvs[1]})
+    rig.feed([{"id": f"a{i}", "ts": i * 1000} for i in range(20)], partition=0)
+    rig.advance()
+    assert rig.engine.watermark == 19_000
+    rig.offsets[1] = 5
+    joined = rig.feed([{"id": f"b{i}", "ts": i * 1000} for i in range(5, 10)], partition=1)
+    assert joined == [] and rig.engine.late.counters.dropped == 0  # none judged late against partition 0
+    assert rig.engine.watermark == 4000
+    assert rig.feed([{"id": "a-late", "ts": 10_000}], partition=0) == []
+    assert rig.engine.late.counters.dropped == 1  # partition 0 keeps its floor
+    fired = [o.value["id"] for o in rig.advance()]
+    assert fired == ["b4", "b5", "b6", "b7", "b8"]  # partition 1's own timers, in order; partition 0's not again

@@ -45,6 +45,46 @@ def git_head() -> str:
     return done.stdout.strip()
 
 
+def report(args: argparse.Namespace, fingerprint: str, head: str, results: list[tuple[ChaosResult, str, str]],
+           seconds: float, *, final: bool) -> tuple[list[int], list[int]]:
+    """Counts per combination (printed when `final`) and bench/results-chaos.json; returns the seeds that
+    broke a promise and those that ended in errors."""
+    per_combo: dict[str, dict[str, int]] = defaultdict(lambda: {"runs": 0, "violations": 0, "errors": 0})
+    for result, _, _ in results:
+        row = per_combo[result.combo.name]
+        row["runs"] += 1
+        row["violations"] += bool(result.violations)
+        row["errors"] += bool(result.errors)
+    combos = {r.combo.name: r.combo for r, _, _ in results}
+    if final:
+        print(f"\n{'combination':34} {'runs':>5} {'violations':>11} {'errors':>7}  known open bugs "
+              "(harness.KNOWN_BUGS)")
+        for name in sorted(per_combo):
+            row = per_combo[name]
+            print(f"{name:34} {row['runs']:5d} {row['violations']:11d} {row['errors']:7d}  "
+                  f"{', '.join(known_bugs(combos[name]))}")
+    violating = [r.seed for r, _, _ in results if r.violations]
+    erring = [r.seed for r, _, _ in results if r.errors]
+    summary = (f"chaos: {len(results)} runs over {len(per_combo)} combinations in {seconds:.0f}s: "
+               f"{len(violating)} with violations {violating}, {len(erring)} with errors {erring}")
+    if final:
+        print(summary)
+    doc: dict[str, Any] = {
+        "seed": args.seed, "runs": len(results), "stylus_sources": fingerprint, "git_head": head,
+        "summary": summary,
+        "per_combination": dict(sorted(per_combo.items())),
+        "results": [{"seed": r.seed, "combination": r.combo.name, "ok": r.ok, "known_bugs": known_bugs(r.combo),
+                     "violations": r.violations,
+                     "errors": [e[:2000] for e in r.errors], "notes": r.notes, "stats": r.stats, "kept": where,
+                     "stylus_sources": code}
+                    for r, where, code in results],
+    }
+    args.json.write_text(json.dumps(doc, indent=2) + "\n")
+    if final:
+        print(f"wrote {args.json}")
+    return violating, erring
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=25, help="how many runs (25 = every workload x fault once)")
@@ -89,37 +129,10 @@ def main() -> None:
         with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
             for outcome in pool.map(one, seeds):
                 results.append(outcome)
+                # written as it goes, so a long run stopped early still leaves its counts
+                report(args, fingerprint, head, results, time.monotonic() - started, final=False)
 
-    per_combo: dict[str, dict[str, int]] = defaultdict(lambda: {"runs": 0, "violations": 0, "errors": 0})
-    for result, _, _ in results:
-        row = per_combo[result.combo.name]
-        row["runs"] += 1
-        row["violations"] += bool(result.violations)
-        row["errors"] += bool(result.errors)
-    combos = {r.combo.name: r.combo for r, _, _ in results}
-    print(f"\n{'combination':34} {'runs':>5} {'violations':>11} {'errors':>7}  known open bugs (harness.KNOWN_BUGS)")
-    for name in sorted(per_combo):
-        row = per_combo[name]
-        print(f"{name:34} {row['runs']:5d} {row['violations']:11d} {row['errors']:7d}  "
-              f"{', '.join(known_bugs(combos[name]))}")
-    violating = [r.seed for r, _, _ in results if r.violations]
-    erring = [r.seed for r, _, _ in results if r.errors]
-    summary = (f"chaos: {len(results)} runs over {len(per_combo)} combinations in {time.monotonic() - started:.0f}s: "
-               f"{len(violating)} with violations {violating}, {len(erring)} with errors {erring}")
-    print(summary)
-
-    doc: dict[str, Any] = {
-        "seed": args.seed, "runs": len(results), "stylus_sources": fingerprint, "git_head": head,
-        "summary": summary,
-        "per_combination": dict(sorted(per_combo.items())),
-        "results": [{"seed": r.seed, "combination": r.combo.name, "ok": r.ok, "known_bugs": known_bugs(r.combo),
-                     "violations": r.violations,
-                     "errors": [e[:2000] for e in r.errors], "notes": r.notes, "stats": r.stats, "kept": where,
-                     "stylus_sources": code}
-                    for r, where, code in results],
-    }
-    args.json.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {args.json}")
+    violating, erring = report(args, fingerprint, head, results, time.monotonic() - started, final=True)
     if not violating and not erring and args.keep is None:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -125,6 +125,7 @@ class TimerReplay:
         self.unset_by_upper: list[tuple[int, int, str]] = []  # heap over `unset` by upper bound
         self.fired = 0
         self.max_fired = NO_TIME  # the latest timer fired inside the replayed span
+        self.exact: list[tuple[int, str]] = []  # anchored timers whose firing point is exact: fire now
         self.timers.added = [] if self.plan else None
 
     @property
@@ -154,6 +155,8 @@ class TimerReplay:
         while self.unset_by_upper and (end or self.unset_by_upper[0][0] < offset):
             _, ts, key = heapq.heappop(self.unset_by_upper)
             self.unset.pop((ts, key), None)
+        if self.exact:
+            self._fire_exact()
         mark = _END if end else self._own_watermark()
         while self.ready and self.ready[0][0] <= mark:
             ts, key = heapq.heappop(self.ready)
@@ -161,6 +164,18 @@ class TimerReplay:
                 self._fire_one(key, ts)
                 if not end:
                     self.max_fired = max(self.max_fired, ts)
+
+    def _fire_exact(self) -> None:
+        """Timers the old owner fired exactly here. Its watermark had passed them, so from here on it judged
+        records behind them late: the replay's own late mark (the engine's watermark, which the replay starts
+        at NO_TIME) rises to them too, and a late record does not re-create a window that already fired."""
+        engine = self.engine
+        for ts, key in sorted(self.exact):
+            if self.timers.remove(key, ts):
+                self._fire_one(key, ts)
+                self.max_fired = max(self.max_fired, ts)
+            engine.watermark = max(engine.watermark, ts)
+        self.exact.clear()
 
     def fire_due_silently(self) -> None:
         """Every timer due at this partition's own watermark (the old owner's cannot have been ahead of it)."""
@@ -171,7 +186,10 @@ class TimerReplay:
     def _anchored(self, entry: FiredTimer) -> None:
         item = (entry.timestamp, entry.key)
         if item in self.timers:
-            heapq.heappush(self.ready, item)
+            if entry.exact:
+                self.exact.append(item)
+            else:
+                heapq.heappush(self.ready, item)
         else:
             self.unset[item] = entry
             heapq.heappush(self.unset_by_upper, (entry.upper, *item))

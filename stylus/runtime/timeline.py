@@ -9,18 +9,21 @@ appear in each output partition in the order they were made, so reading the outp
 marks saved with the state (the output partitions' starts for a rebuild) tells which timers fired and, for
 each, the last input record whose output came before it: the timer fired after that record. The catch-up
 replay (replay.py) fires those timers at those points with output suppressed, so they leave the state as the
-old owner left it and never fire again. Timers whose `on_timer` emitted nothing leave no trace; they fire
-again later (see docs/backups.md).
+old owner left it and never fire again. A timer's output also carries the partition's input position when it
+fired (`stylus.at`): that point is then exact, not bounded by the record outputs around it, which a
+processor that emits only from timers (windows) does not have. Timers whose `on_timer` emitted nothing leave
+no trace; they fire again later (see docs/backups.md).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stylus.kafka.offsets import end_offsets
 from stylus.kafka.reader import read_range
-from stylus.runtime.transactions import ID_HEADER, MARKS_META
+from stylus.runtime.transactions import ID_HEADER, MARKS_META, POSITION_HEADER
 from stylus.state.store import PartitionStore
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,7 @@ class FiredTimer:
     timestamp: int
     key: str
     upper: int = NEVER  # the first input offset known to be processed after it fired (NEVER: none seen)
+    exact: bool = False  # fired exactly between `anchor` and `upper` = anchor + 1 (its output said where)
 
 
 def parse_id(out_id: str, prefix: str) -> tuple[int, None] | tuple[None, tuple[int, str]] | None:
@@ -52,9 +56,11 @@ def parse_id(out_id: str, prefix: str) -> tuple[int, None] | tuple[None, tuple[i
     return (int(head), None) if head.isdigit() else None
 
 
-def timeline(ids_per_partition: list[list[str]], prefix: str) -> list[FiredTimer]:
+def timeline(ids_per_partition: list[list[str]], prefix: str,
+             positions: dict[tuple[int, str], int] | None = None) -> list[FiredTimer]:
     """From each output partition's ids (in partition order): every timer with the latest anchor and the
-    earliest upper bound any partition shows for it, in (anchor, timestamp, key) order."""
+    earliest upper bound any partition shows for it, in (anchor, timestamp, key) order. A timer whose input
+    position is known (`positions`, from `stylus.at`) is placed exactly there instead."""
     anchors: dict[tuple[int, str], int] = {}
     uppers: dict[tuple[int, str], int] = {}
     for ids in ids_per_partition:
@@ -75,7 +81,9 @@ def timeline(ids_per_partition: list[list[str]], prefix: str) -> list[FiredTimer
                 seen.add(timer)
                 before_next.append(timer)
                 anchors[timer] = max(anchors.get(timer, -1), last)
-    return sorted(FiredTimer(anchor, ts, key, uppers.get((ts, key), NEVER)) for (ts, key), anchor in anchors.items())
+    known = positions or {}
+    return sorted(FiredTimer(known[t] - 1, t[0], t[1], known[t], exact=True) if t in known else
+                  FiredTimer(anchor, t[0], t[1], uppers.get(t, NEVER)) for t, anchor in anchors.items())
 
 
 def fired_timers(bootstrap: str, store: PartitionStore, topic: str, partition: int, *,
@@ -94,8 +102,22 @@ def fired_timers(bootstrap: str, store: PartitionStore, topic: str, partition: i
     prefix = f"{topic}:{partition}:"
     raw_prefix = prefix.encode()
     ids: dict[tuple[str, int], list[str]] = {tp: [] for tp in ranges}
+    positions: dict[tuple[int, str], int] = {}
     for msg in read_range(bootstrap, ranges, isolation="read_committed", timeout=timeout):
-        for name, value in msg.headers() or []:
+        headers = msg.headers() or []
+        for name, value in headers:
             if name == ID_HEADER and value is not None and value.startswith(raw_prefix):
-                ids[(msg.topic(), msg.partition())].append(value.decode())
-    return timeline(list(ids.values()), prefix)
+                out_id = value.decode()
+                ids[(msg.topic(), msg.partition())].append(out_id)
+                position = _position(headers)
+                parsed = parse_id(out_id, prefix) if position is not None else None
+                if parsed is not None and parsed[1] is not None:
+                    positions.setdefault(parsed[1], position)  # type: ignore[arg-type]
+    return timeline(list(ids.values()), prefix, positions)
+
+
+def _position(headers: Sequence[tuple[str, bytes | None]]) -> int | None:
+    for name, value in headers:
+        if name == POSITION_HEADER and value is not None and value.isdigit():
+            return int(value)
+    return None

@@ -46,6 +46,9 @@ from stylus.state.store import PartitionStore
 log = logging.getLogger(__name__)
 
 ID_HEADER = "stylus.id"
+#: beside the id of a timer's output: the input position of its partition when it fired (every record before it
+#: processed, none after), so a replay fires it at exactly that point (stylus/runtime/timeline.py)
+POSITION_HEADER = "stylus.at"
 MARKS_META = "output_marks"
 TXN_TIMEOUT = 30.0
 #: linger of the transactional producer unless the pipeline sets one: its records are invisible to
@@ -121,6 +124,8 @@ class TransactionalSink(KafkaSink):
     def send(self, topic: str, value: bytes | None, key: bytes | None, timestamp: int, headers: Any = None,
              partition: int = -1) -> None:
         stamped: list[tuple[str, Any]] = [(ID_HEADER, self._next_id())] if self.stamp else []
+        if stamped and self.ctx.record is None and self.ctx._timer is not None and self.ctx._task is not None:
+            stamped.append((POSITION_HEADER, str(self.ctx._task.next_offset).encode()))
         if headers:
             stamped.extend(clean_headers(headers, repair=True))
         self.emitted += 1

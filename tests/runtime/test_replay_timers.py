@@ -83,3 +83,37 @@ def test_timers_fire_after_their_anchor_once_set_and_once_the_partition_passed_t
     assert sorted(store.timers.pop_due(2**62)) == [(50, "old"), (10_000, "kept")]
     assert replay.max_fired == 160 and replay.fired == 2
     assert store.timers.added is None
+
+
+def test_a_timer_whose_output_says_where_it_fired_fires_exactly_there_and_later_records_behind_it_are_late() -> None:
+    """A timer's output carries its input position (`stylus.at`): the replay fires it between those records even
+    where the partition's own event time has not passed it (a stage whose watermark comes from upstream), and
+    records after it that are behind it were late for the old owner, so they are dropped here too rather than
+    re-creating what the timer closed."""
+    spec = PIPELINE.processors["p"]
+    sink = CollectingSink(spec.outputs)
+    engine = Engine(Logger(config={}, name="p"), "p", spec, PIPELINE, sink, RaiseFailures())
+    engine.start()
+    store = PartitionStore(MemoryKV())
+    store.timers.add("w", 1000)  # in the backup; the old owner fired it after record 11 and before record 12
+    task = PartitionTask("in", 0, store)
+    task.next_offset = 10
+    task.sink = sink
+
+    def at(offset: int, ts: int, timer: tuple[str, int] | None = None) -> RawMessage:
+        return RawMessage("in", 0, offset, b"k", orjson.dumps({"ts": ts, "timer": timer}), ts, None)
+
+    replay = TimerReplay(task, engine, [FiredTimer(11, 1000, "w", 12, exact=True)])
+    messages = [at(10, 900), at(11, 990), at(12, 995, ("w", 1000)), at(13, 1010)]
+    try:
+        for msg in messages:
+            if replay.anchored_before(msg.offset()):
+                replay.fire(msg.offset())
+            engine.process_messages([msg], lambda t, p: task)
+        replay.fire(_END)
+    finally:
+        replay.close()
+    assert store.state["log"] == ["r10", "r11", "t:w", "r13"]
+    assert [o.value for o in sink.outputs] == [{"timer": "w"}]
+    assert list(store.timers.pop_due(2**62)) == []  # the late record set no timer to fire a second time
+    assert replay.max_fired == 1000

@@ -27,3 +27,11 @@ def test_timeline_anchors_each_timer_after_the_records_before_it() -> None:
 
 def test_timeline_without_record_outputs_has_no_bounds() -> None:
     assert timeline([["in:3:T1:x:0", "in:3:T2:y:0"]], P) == [FiredTimer(-1, 1, "x"), FiredTimer(-1, 2, "y")]
+
+
+def test_a_timer_with_its_input_position_is_placed_exactly_there() -> None:
+    ids = [["in:3:T100:a:0", "in:3:10:0", "in:3:T200:b:0"]]
+    assert timeline(ids, P, {(100, "a"): 7}) == [
+        FiredTimer(6, 100, "a", 7, exact=True),  # not -1: its output said it fired before record 7
+        FiredTimer(10, 200, "b"),
+    ]

@@ -140,6 +140,9 @@ def test_timer_outputs_are_exactly_once_after_machine_loss(pipeline_factory: Any
     duplicates = {k: n for k, n in fired.items() if n != 1}
     assert not duplicates, f"timer outputs not exactly once: {sorted(duplicates.items())[:20]}"
     assert set(fired) == expected
+    # each timer output says where in its input partition it fired: a replay places it exactly there
+    positions = [dict(m.headers() or []).get("stylus.at") for m in read_raw(bootstrap, alarms)]
+    assert positions and all(p is not None and p.isdigit() for p in positions), positions[:5]
     # the state holds exactly the timers that are still due: the end records' own
     for path in sorted(p for p in store_dir("b").iterdir() if (p / "CURRENT").exists()):
         store = PartitionStore(RocksKV(path))

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stylus.config.model import Pipeline
+from stylus.runtime.executable import ExecutableWorker
 from stylus.runtime.worker import Worker
 
 
@@ -15,16 +16,17 @@ class BatchMarks:
     """When a worker finished its first batch and when it had processed `records`, marked by the worker
     itself at the end of a batch, so the timing thread can block instead of polling: a timing thread that
     polled (it once woke every millisecond) took the GIL from the worker each time and slowed down what it
-    measured."""
+    measured. An ExecutableWorker (a `command:` processor) is marked after each answer line it handles."""
 
-    def __init__(self, worker: Worker, records: int) -> None:
+    def __init__(self, worker: Worker | ExecutableWorker, records: int) -> None:
         self.started, self.finished = threading.Event(), threading.Event()
         self.first = self.last = 0.0
         self.already = 0  # records of the first batch, processed before the clock started
-        handle = worker._handle
+        method = "_answer" if isinstance(worker, ExecutableWorker) else "_handle"
+        handle = getattr(worker, method)
 
-        def timed_handle(msgs: list[Any]) -> None:
-            handle(msgs)
+        def timed_handle(arg: Any) -> None:
+            handle(arg)
             if not self.started.is_set() and worker.processed:
                 self.first, self.already = time.perf_counter(), worker.processed
                 self.started.set()
@@ -32,16 +34,21 @@ class BatchMarks:
                 self.last = time.perf_counter()
                 self.finished.set()
 
-        worker._handle = timed_handle  # type: ignore[method-assign]
+        setattr(worker, method, timed_handle)
 
 
 def time_worker(pipeline: Pipeline, processor: str, bootstrap: str, records: int,
-                after: Callable[[Worker], None] | None = None) -> float:
-    """Records/s of a Worker from its first processed batch until `records` are processed and every output
-    acknowledged (the raw loops' clocks also stop after their final flush). The first batch, processed
-    before the clock starts, is counted out. `after` gets the stopped worker (its stats, for reports)."""
+                after: Callable[[Any], None] | None = None,
+                before: Callable[[Any], None] | None = None) -> float:
+    """Records/s of a Worker (or an ExecutableWorker, for a `command:` processor) from its first processed
+    batch until `records` are processed and every output acknowledged (the raw loops' clocks also stop after
+    their final flush). The first batch, processed before the clock starts, is counted out. `before` gets the
+    worker before it starts (to instrument it), `after` the stopped worker (its stats, for reports)."""
     stop = threading.Event()
-    worker = Worker(pipeline, processor, bootstrap, stop=stop)
+    kind = ExecutableWorker if pipeline.processors[processor].command is not None else Worker
+    worker = kind(pipeline, processor, bootstrap, stop=stop)
+    if before is not None:
+        before(worker)
     marks = BatchMarks(worker, records)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()

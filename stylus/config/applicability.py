@@ -89,17 +89,26 @@ def check_event_field(pipeline: Pipeline) -> list[Problem]:
     return problems
 
 
-def check_remote_state(pipeline: Pipeline) -> list[Problem]:
-    """`checkpoint.overlap: true` with the postgres backend: its checkpoints run on the worker thread."""
-    return [
-        Problem(f"processors.{name}.checkpoint.overlap",
+def check_overlap(pipeline: Pipeline) -> list[Problem]:
+    """`checkpoint.overlap: true` where checkpoints run on the worker's thread: the postgres backend, and
+    `command` processors (Swift's stop-and-checkpoint, docs/executable.md)."""
+    problems = []
+    for name, spec in pipeline.processors.items():
+        if not (spec.checkpoint.overlap and "overlap" in spec.checkpoint.model_fields_set):
+            continue
+        if spec.command is not None:
+            problems.append(Problem(
+                f"processors.{name}.checkpoint.overlap",
+                "`overlap: true` cannot apply to a `command` processor: its one thread stops writing input lines "
+                "and reading answers while it commits (the program goes on with what its pipes hold)",
+                "remove `overlap`; `checkpoint.records` / `checkpoint.bytes` set how often a commit interrupts"))
+        elif spec.state.backend == "postgres":
+            problems.append(Problem(
+                f"processors.{name}.checkpoint.overlap",
                 "`overlap: true` cannot apply with `state.backend: postgres`: state, deltas and offsets commit in "
                 "one database transaction on the worker's thread, so processing waits for each checkpoint",
-                "remove `overlap`, or use `backend: rocksdb`")
-        for name, spec in pipeline.processors.items()
-        if spec.state.backend == "postgres" and spec.checkpoint.overlap
-        and "overlap" in spec.checkpoint.model_fields_set
-    ]
+                "remove `overlap`, or use `backend: rocksdb`"))
+    return problems
 
 
 def check_alerts(pipeline: Pipeline) -> list[Problem]:
@@ -137,7 +146,7 @@ def check_admin_settings(pipeline: Pipeline) -> list[Problem]:
 def check_applicability(pipeline: Pipeline) -> list[Problem]:
     """Every check; `pipeline` with the profile's defaults applied (a profile may supply the backup)."""
     return (check_event_time(pipeline) + check_state(pipeline) + check_event_field(pipeline)
-            + check_remote_state(pipeline) + check_alerts(pipeline) + check_admin_settings(pipeline))
+            + check_overlap(pipeline) + check_alerts(pipeline) + check_admin_settings(pipeline))
 
 
 def _names(processors: list[str]) -> str:

@@ -36,6 +36,7 @@ from stylus.core.task import PartitionTask
 from stylus.kafka.producer import close_producer
 from stylus.kafka.settings import client_config
 from stylus.runtime.failures import FailurePolicy
+from stylus.runtime.gctune import tune_for_streaming
 from stylus.runtime.sink import KafkaSink, message_max_bytes
 from stylus.runtime.stats import WorkerStats
 from stylus.runtime.worker import WorkerFailed
@@ -246,6 +247,7 @@ class ExecutableWorker:
     # ---------------------------------------------------------------- lifecycle
     def run(self) -> None:
         """Consume, feed the program, commit; until stopped or idle. Raises WorkerFailed on error."""
+        tune_for_streaming()  # each record allocates its line and its answer's objects, as a Python worker's do
         self.consumer.subscribe(list(self.spec.inputs), on_assign=self._on_assign, on_revoke=self._on_revoke,
                                 on_lost=self._on_lost)
         next_commit = time.monotonic() + self.spec.checkpoint.interval

@@ -97,15 +97,21 @@ def test_an_event_time_field_on_inputs_that_are_never_json_is_refused() -> None:
     assert parse_pipeline(yaml.safe_dump(doc)).processors["up"].event_time is not None
 
 
-def test_overlap_with_postgres_state_is_refused() -> None:
+@pytest.mark.parametrize("where", ["postgres", "command"])
+def test_overlap_where_checkpoints_stop_the_worker_is_refused(where: str) -> None:
     doc = yaml.safe_load(_chain({}))
-    doc["processors"]["up"].update({
-        "semantics": {"state": "exactly_once", "output": "at_least_once"},
-        "state": {"backend": "postgres", "dsn": "postgresql://u@h/db"}, "checkpoint": {"overlap": True}})
+    up = doc["processors"]["up"]
+    if where == "postgres":
+        up.update({"semantics": {"state": "exactly_once", "output": "at_least_once"},
+                   "state": {"backend": "postgres", "dsn": "postgresql://u@h/db"}})
+    else:
+        del up["class"]
+        up.update({"command": ["cat"], "semantics": {"output": "at_least_once"}})
+    up["checkpoint"] = {"overlap": True}
     [problem] = _problems(yaml.safe_dump(doc)).problems
     assert problem.path == "processors.up.checkpoint.overlap" and "remove `overlap`" in problem.fix
-    del doc["processors"]["up"]["checkpoint"]
-    assert parse_pipeline(yaml.safe_dump(doc)).processors["up"].state.backend == "postgres"
+    del up["checkpoint"]
+    assert parse_pipeline(yaml.safe_dump(doc)).processors["up"]
 
 
 def test_backup_stale_without_a_backup_is_refused_unless_the_profile_gives_one(

@@ -233,6 +233,9 @@ cli.add_command(replay_command)
 from stylus.cli.backup import backup  # noqa: E402
 
 cli.add_command(backup)
+from stylus.cli.nexmark import nexmark  # noqa: E402
+
+cli.add_command(nexmark)
 
 
 def main() -> None:

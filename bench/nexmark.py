@@ -1,0 +1,276 @@
+"""Nexmark q0, q1, q2, q5 and q7: records per CPU second of each implementation of each query, on the embedded
+Apache Kafka, over the same generated events (docs/nexmark.md).
+
+    .venv/bin/python -m bench.nexmark --events 500000
+    .venv/bin/python -m bench.nexmark --events 500000 --pipeline sql:q5=pipelines/nexmark/q5.yaml
+
+An implementation of a query is a pipeline file and the processors of it that make the query (all of them when
+none are named), reading the bids from `nexmark-bid` and writing the query's rows from its last stage:
+`IMPLEMENTATIONS` holds the hand-written Python processors; SQL apps go beside them there (or on the command
+line with `--pipeline IMPL:QUERY=FILE`) once they exist, and are measured the same way.
+
+Method: N events are generated (seed, rate) and written once; each run is a fresh copy of the pipeline (its own
+consumer groups, output topics and state directory) whose processors run as real Workers, one thread each, in
+this process. The clock is the process's CPU time (every thread: the workers, librdkafka's, checkpoints; the
+broker is another process), from the end of the first input batch (its records are not counted) until every bid
+is processed and every expected row has been produced and acknowledged. Records per CPU second = bids counted /
+CPU seconds: the cost per record, steadier on this shared machine than wall time, which is printed too. Every
+run's rows are checked against `stylus.nexmark.reference` over the same bids (windowed queries: the windows the
+stream closes, those ending by the newest event time; the source partitions are let idle after 1 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from stylus.config import load_pipeline
+from stylus.config.model import Pipeline
+from stylus.kafka.admin import create_topics, delete_topics, pipeline_topics
+from stylus.kafka.broker import EmbeddedBroker
+from stylus.kafka.reader import read_topic
+from stylus.nexmark import GeneratorConfig, NexmarkGenerator, reference
+from stylus.nexmark.kafka import Produced, ensure_topics, produce
+from stylus.nexmark.model import Bid, Event, topics
+from stylus.runtime.gctune import tune_for_streaming
+from stylus.runtime.worker import Worker
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = ROOT / "pipelines" / "nexmark" / "python.yaml"
+BID_TOPIC = topics()["bid"]
+
+
+@dataclass(frozen=True)
+class QueryRun:
+    """One implementation of one query: the pipeline file, and the processors that make the query (upstream
+    first; None: every processor of the file)."""
+
+    pipeline: Path
+    processors: tuple[str, ...] | None = None
+
+
+IMPLEMENTATIONS: dict[str, dict[str, QueryRun]] = {
+    "python": {
+        "q0": QueryRun(PYTHON, ("q0",)),
+        "q1": QueryRun(PYTHON, ("q1",)),
+        "q2": QueryRun(PYTHON, ("q2",)),
+        "q5": QueryRun(PYTHON, ("q5-counts", "q5")),
+        "q7": QueryRun(PYTHON, ("q7-partial", "q7")),
+    },
+    # "sql": {"q0": QueryRun(ROOT / "pipelines" / "nexmark" / "q0.yaml"), ...}  -- the SQL apps, when they land
+}
+
+
+@dataclass
+class Result:
+    impl: str
+    query: str
+    records: int  # bids counted (those of the first batch are not)
+    cpu: float  # process CPU seconds from the end of the first batch to the last row acknowledged
+    wall: float
+    rows: int
+    exact: bool
+
+    @property
+    def per_cpu(self) -> float:
+        return self.records / self.cpu
+
+    @property
+    def per_wall(self) -> float:
+        return self.records / self.wall
+
+
+def isolated(pipeline: Pipeline, names: list[str], tag: str, state_dir: str) -> Pipeline:
+    """The processors `names` of `pipeline` as a pipeline of their own: a new name (fresh consumer groups), every
+    topic but the bids renamed with `tag` (fresh outputs), state under `state_dir`, and the source partitions idle
+    after 1 s (so a finite input closes its windows)."""
+    rename = {t: t if t == BID_TOPIC else f"{t}-{tag}" for t in pipeline.topics}
+    processors = {}
+    for name in names:
+        spec = pipeline.processors[name]
+        update: dict[str, Any] = {
+            "inputs": tuple(rename[t] for t in spec.inputs), "outputs": tuple(rename[t] for t in spec.outputs),
+            "groupings": {rename[t]: g for t, g in spec.groupings.items()},
+            "state": spec.state.model_copy(update={"dir": state_dir}),
+        }
+        if spec.event_time is not None and BID_TOPIC in spec.inputs:
+            update["event_time"] = spec.event_time.model_copy(update={"idle_timeout": 1.0})
+        processors[name] = spec.model_copy(update=update)
+    used = {t for spec in processors.values() for t in (*spec.inputs, *spec.outputs)}
+    return pipeline.model_copy(update={
+        "pipeline": f"{pipeline.pipeline}-{tag}",
+        "topics": {rename[t]: s for t, s in pipeline.topics.items() if rename[t] in used},
+        "processors": processors,
+    })
+
+
+class FirstBatch:
+    """CPU and wall time at the end of the first batch a source worker processed (by the worker itself, so no
+    thread polls it at high frequency), and how many records that batch held."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.marked = threading.Event()
+        self.cpu = self.wall = 0.0
+        self.already = 0
+        handle = worker._handle
+
+        def marking(msgs: list[Any]) -> None:
+            handle(msgs)
+            if not self.marked.is_set() and worker.processed:
+                self.cpu, self.wall, self.already = time.process_time(), time.perf_counter(), worker.processed
+                self.marked.set()
+
+        worker._handle = marking  # type: ignore[method-assign]
+
+
+def run_query(bootstrap: str, impl: str, query: str, spec: QueryRun, bids: list[Bid], end: int, tmp: str
+              ) -> Result:
+    """One run of one implementation of `query` over the loaded bids."""
+    loaded = load_pipeline(spec.pipeline)
+    names = list(spec.processors or loaded.topological_order())
+    tag = uuid.uuid4().hex[:6]
+    pipeline = isolated(loaded, names, tag, f"{tmp}/{impl}-{query}-{tag}")
+    create_topics(bootstrap, pipeline_topics(pipeline), pipeline)
+    read_by_the_query = {t for n in names for t in pipeline.processors[n].inputs}
+    sources = [n for n in names if BID_TOPIC in pipeline.processors[n].inputs]
+    finals = [n for n in names if not set(pipeline.processors[n].outputs) & read_by_the_query]
+    outputs = [pipeline.processors[n].outputs[0] for n in finals]
+    expected = reference.run(query, bids, watermark=end)
+
+    stop = threading.Event()
+    workers = {n: Worker(pipeline, n, bootstrap, stop=stop) for n in names}
+    marks = [FirstBatch(workers[n]) for n in sources]
+    errors: list[BaseException] = []
+
+    def run(worker: Worker) -> None:
+        try:
+            worker.run()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=run, args=(w,), daemon=True) for w in workers.values()]
+    for thread in threads:
+        thread.start()
+
+    def done() -> bool:
+        return (sum(workers[n].processed for n in sources) >= len(bids) * len(sources)
+                and sum(workers[n].sink.emitted for n in finals) >= len(expected))
+
+    deadline = time.monotonic() + 600
+    while not done() and not stop.wait(0.05):  # 20 looks a second: no measurable share of the GIL
+        if time.monotonic() > deadline:
+            stop.set()
+            raise RuntimeError(f"{impl}/{query}: not done after 600 s")
+    for n in finals:
+        workers[n].sink.flush()
+    cpu, wall = time.process_time(), time.perf_counter()
+    stop.set()
+    for thread in threads:
+        thread.join(60)
+    if errors:
+        raise RuntimeError(f"{impl}/{query} failed: {errors[0]}") from errors[0]
+    rows = [orjson.loads(m.value() or b"null") for topic in outputs for m in read_topic(bootstrap, topic)]
+    problem = reference.diff(query, rows, expected)
+    if problem:
+        print(f"  WRONG ROWS: {problem}", flush=True)
+    delete_topics(bootstrap, [t for t in pipeline_topics(pipeline) if t != BID_TOPIC])
+    counted = len(bids) * len(sources) - sum(m.already for m in marks)
+    first_cpu, first_wall = min(m.cpu for m in marks), min(m.wall for m in marks)
+    return Result(impl, query, counted, cpu - first_cpu, wall - first_wall, len(rows), not problem)
+
+
+def load(bootstrap: str, count: int, config: GeneratorConfig) -> tuple[list[Bid], Produced]:
+    """Write `count` generated events to the three topics; returns the bids (for the reference) and the counts."""
+    partitions = load_pipeline(PYTHON).topics[BID_TOPIC].partitions
+    ensure_topics(bootstrap, partitions=partitions)
+    bids: list[Bid] = []
+
+    def keeping(events: NexmarkGenerator) -> Iterator[Event]:
+        for event in islice(events, count):
+            if event.kind == "bid":
+                bids.append(event.value)
+            yield event
+
+    def progress(done: Produced) -> None:
+        print(f"  {done.total:,}/{count:,} events", flush=True)
+
+    started = time.perf_counter()
+    produced = produce(bootstrap, keeping(NexmarkGenerator(config)), progress=progress, progress_every=10.0)
+    print(f"loaded {produced.total:,} events ({produced.counts['bid']:,} bids, {partitions} partitions each) in "
+          f"{time.perf_counter() - started:.1f} s", flush=True)
+    return bids, produced
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=500_000, help="events generated (46/50 of them bids)")
+    parser.add_argument("--rate", type=int, default=10_000, help="events per second of event time")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--queries", default="q0,q1,q2,q5,q7")
+    parser.add_argument("--impl", action="append", default=None, help="implementations to run (default: all)")
+    parser.add_argument("--pipeline", action="append", default=[], metavar="IMPL:QUERY=FILE",
+                        help="add an implementation of a query: every processor of FILE (repeatable)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each; the best per CPU second is reported")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = parser.parse_args()
+    impls = {name: dict(queries) for name, queries in IMPLEMENTATIONS.items()}
+    for item in args.pipeline:
+        target, _, path = item.partition("=")
+        impl, _, query = target.partition(":")
+        impls.setdefault(impl, {})[query] = QueryRun(Path(path))
+    chosen = args.impl or list(impls)
+    queries = args.queries.split(",")
+    tune_for_streaming()  # the workers set it for the whole process: set it before the first run, as bench.throughput
+    results: list[Result] = []
+    loads: list[float] = []
+    with EmbeddedBroker() as broker, tempfile.TemporaryDirectory() as tmp:
+        bids, produced = load(broker.bootstrap, args.events, GeneratorConfig(seed=args.seed, rate=args.rate))
+        end = bids[-1]["dateTime"]
+        for rep in range(args.repeat):
+            for query in queries:
+                for impl in chosen:
+                    if query not in impls[impl]:
+                        continue
+                    result = run_query(broker.bootstrap, impl, query, impls[impl][query], bids, end, tmp)
+                    loads.append(os.getloadavg()[0])
+                    results.append(result)
+                    print(f"  {query} {impl:8} run {rep + 1}: {result.per_cpu:,.0f} records/CPU-s "
+                          f"({result.cpu:.2f} CPU-s), {result.per_wall:,.0f} records/s wall, {result.rows:,} rows"
+                          f"{'' if result.exact else ' WRONG'}  (load {loads[-1]:.1f})", flush=True)
+    print(f"\n{produced.counts['bid']:,} bids of {produced.total:,} events; load average (1 min) "
+          f"{min(loads):.1f}-{max(loads):.1f}")
+    summary: dict[str, dict[str, Any]] = {}
+    for query in queries:
+        for impl in chosen:
+            runs = [r for r in results if r.query == query and r.impl == impl]
+            if runs:
+                best = max(runs, key=lambda r: r.per_cpu)
+                summary.setdefault(query, {})[impl] = {
+                    "records_per_cpu_s": best.per_cpu, "median_per_cpu_s": statistics.median(r.per_cpu for r in runs),
+                    "records_per_s_wall": best.per_wall, "rows": best.rows, "exact": all(r.exact for r in runs)}
+                print(f"{query} {impl:8} {best.per_cpu:>10,.0f} records/CPU-s  {best.per_wall:>10,.0f} records/s wall"
+                      f"  {best.rows:>8,} rows  {'exact' if all(r.exact for r in runs) else 'WRONG'}")
+    if args.json:
+        args.json.write_text(json.dumps({"events": args.events, "bids": len(bids), "rate": args.rate,
+                                         "seed": args.seed, "summary": summary, "load": [min(loads), max(loads)],
+                                         "runs": [r.__dict__ for r in results]}, indent=2))
+    if not all(r.exact for r in results):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

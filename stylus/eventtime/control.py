@@ -81,7 +81,9 @@ class WatermarkPublisher:
                     break
                 except BufferError:
                     self.producer.poll(0.05)
-        self.published = max(self.published, watermark)
+        # the mark last sent, not the highest: after a partition joins behind the others the watermark goes back
+        # (Engine._joined), and its rise from there must be sent again for the parts that joined
+        self.published = watermark
         self.published_parts = parts
         self.sent += 1
         self._next = now + self.interval

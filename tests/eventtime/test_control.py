@@ -74,3 +74,33 @@ def test_downstream_watermark_is_the_minimum_over_upstream_partitions() -> None:
     changes = tasks[0].store.state_changes()  # type: ignore[union-attr]
     meta = {k: orjson.loads(v) for k, v in changes.items() if k.startswith(b"\x00m") and v}
     assert meta[b"\x00mevent_time"]["up"] == {"up": {"src:0": 60_000, "src:1": 70_000}}
+
+
+class _Producer:
+    """Collects what the publisher produces (a control record is produced, never consumed, here)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, int, list[str], int]] = []
+
+    def produce(self, topic: str, value: bytes, key: None, partition: int, headers: object) -> None:
+        doc = orjson.loads(value)
+        self.sent.append((topic, partition, doc["parts"], doc["wm"]))
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def test_a_watermark_that_went_back_for_a_joined_partition_is_published_again_as_it_rises() -> None:
+    """The upstream held only src[1] and published it far ahead; src[0] joined behind, taking the watermark
+    back; as src[0] catches up, each rise is published for both parts, or the downstream would wait on src[0]
+    forever at the mark sent when it joined."""
+    from stylus.eventtime.control import WatermarkPublisher
+
+    producer = _Producer()
+    publisher = WatermarkPublisher(parse_pipeline(yaml.safe_dump(DOC)), "up", "i0", producer, interval=0.0)
+    assert publisher.maybe_publish(9_000, [("src", 1)], now=1.0)
+    assert publisher.maybe_publish(2_000, [("src", 0), ("src", 1)], now=2.0)  # joined behind: new parts
+    assert publisher.maybe_publish(9_000, [("src", 0), ("src", 1)], now=3.0)  # the rise, for both parts
+    assert not publisher.maybe_publish(9_000, [("src", 0), ("src", 1)], now=4.0)  # nothing new
+    last = [(parts, wm) for _, _, parts, wm in producer.sent[-2:]]
+    assert last == [(["src:0", "src:1"], 9_000)] * 2  # one per partition of `mid`

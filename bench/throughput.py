@@ -25,6 +25,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -112,8 +113,9 @@ def raw_batch(msgs: list[Any], producer: Producer, topic_out: str, counts: dict[
 
 
 def raw_loop(pipeline: Pipeline, bootstrap: str, topic_in: str, topic_out: str, records: int, stateful: bool,
-             positional: bool = False) -> float:
-    """The ceiling: the same work written by hand with the same client settings as the Stylus worker."""
+             positional: bool = False, body: Callable[..., int] | None = None) -> float:
+    """The ceiling: the same work written by hand with the same client settings as the Stylus worker. `body`:
+    other work per consumed batch, called as `raw_batch` is (bench/batch.py's running totals)."""
     failed: list[Any] = []
     consumer = Consumer(client_config("consumer", bootstrap, pipeline, "p", **{"group.id": f"raw-{uuid.uuid4().hex}"}))
     producer = Producer(client_config("producer", bootstrap, pipeline, "p", **{"delivery.report.only.error": True})
@@ -131,7 +133,7 @@ def raw_loop(pipeline: Pipeline, bootstrap: str, topic_in: str, topic_out: str, 
             continue
         if not first:
             first = time.perf_counter()
-        seen += raw_batch(msgs, producer, topic_out, counts, positions, stateful, positional)
+        seen += (body or raw_batch)(msgs, producer, topic_out, counts, positions, stateful, positional)
         producer.poll(0)
         if time.monotonic() >= next_commit:
             producer.flush()

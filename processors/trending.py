@@ -2,7 +2,7 @@
 
 - Filterer keeps the interesting event types and re-keys by dimension id (so the Joiner's cache sees
   each dimension on one partition only).
-- Joiner adds the dimension row (file-backed table, LRU cache) and classifies the text into a topic.
+- Joiner adds the dimension row (a global table: docs/tables.md) and classifies the text into a topic.
 - Scorer compares a short sliding window of counts per (event, topic) with a long-term decayed
   average: the score says how far the present is above what this event usually gets.
 - Ranker keeps the top K events per topic and event-time bucket, re-emits it when it changes, and
@@ -16,10 +16,8 @@ The Scorer's sliding window and the Ranker's buckets are windows of `stylus.wind
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from processors.dimensions import DEFAULT_PATH, DimensionTable
 from processors.generator import KEYWORDS, TOPICS
 from processors.trend_history import Decay, History, trend_score
 from stylus import Context, Processor, Record
@@ -68,23 +66,17 @@ def classify(text: str) -> str:
 
 
 class Joiner(Processor):
-    """Enriches with the dimension row (config `dimensions`: a JSON-lines file, `cache_size`: LRU rows)
-    and the text's topic; emits keyed by event id."""
+    """Enriches with the dimension row, looked up in the global table `config.table` (default `dims`: the
+    shipped dimensions, loaded into their topic by `stylus table load` or `stylus demo`), and the text's
+    topic; emits keyed by event id. An event whose dimension the table lacks gets nulls."""
 
     def __init__(self, config: Mapping[str, Any] | None = None, name: str = "") -> None:
         super().__init__(config, name)
-        self.path = _resolve(self.config.get("dimensions"))
-        self.cache_size = int(self.config.get("cache_size", 1000))
-        self.table: DimensionTable | None = None
-
-    def setup(self, ctx: Context) -> None:
-        self.table = DimensionTable(self.path, cache_size=self.cache_size)
+        self.table = str(self.config.get("table", "dims"))
 
     def process(self, record: Record, ctx: Context) -> None:
-        if self.table is None:
-            self.table = DimensionTable(self.path, cache_size=self.cache_size)
         value = record.value
-        row = self.table.get(value.get("dim_id")) or {}
+        row = ctx.table(self.table).get(value.get("dim_id")) or {}
         event = value["event_id"]
         ctx.emit({
             "event_id": event,
@@ -96,20 +88,6 @@ class Joiner(Processor):
             "topic": classify(str(value.get("text", ""))),
             "ts": value.get("ts", record.timestamp),
         }, key=event)
-
-    def close(self) -> None:
-        if self.table is not None:
-            self.table.close()
-
-
-def _resolve(path: Any) -> Path:
-    """The configured table path as given, else relative to the repository (the demo may run anywhere)."""
-    if not path:
-        return DEFAULT_PATH
-    candidate = Path(str(path))
-    if candidate.is_absolute() or candidate.exists():
-        return candidate
-    return Path(__file__).resolve().parent.parent / candidate
 
 
 # ----------------------------------------------------------------------------------- Scorer

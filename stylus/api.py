@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -64,6 +64,17 @@ class Context(Protocol):
 
     def set_timer(self, key: str, timestamp: int) -> None: ...
 
+    def table(self, name: str) -> Any:
+        """A table declared under `tables:` (docs/tables.md); `.get(key, default=None)` looks a key up."""
+        ...
+
+    def defer(self, work: Awaitable[Any], then: Callable[[Any, Any], None] | None = None) -> None:
+        """Slow I/O on the record's behalf (docs/acker.md): `work` (a coroutine, task or future) is one more
+        unit of the record's work, which is complete only once it is done and `then(result, ctx)` (if given)
+        has run on the record's context. With `concurrency`, it overlaps other records' work; elsewhere it
+        runs to its end in order."""
+        ...
+
 
 class Processor(ABC):
     """Subclass and implement `process`. Must be deterministic for a given input order."""
@@ -76,14 +87,64 @@ class Processor(ABC):
         """Called once before the first record, with the context."""
 
     @abstractmethod
-    def process(self, record: Record, ctx: Context) -> None:
-        """Handle one record: read and write `ctx.state`, call `ctx.emit`."""
+    def process(self, record: Record, ctx: Context) -> Awaitable[None] | None:
+        """Handle one record: read and write `ctx.state`, call `ctx.emit`. May be an `async def`: with
+        `concurrency: N`, up to N records of a partition are then worked on at once (docs/acker.md)."""
 
     def on_timer(self, key: str, timestamp: int, ctx: Context) -> None:  # noqa: B027 - optional hook
         """Called once the input's low watermark passes a timer set with `ctx.set_timer`."""
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Called on shutdown, after the final checkpoint."""
+
+
+class BatchContext(Context, Protocol):
+    """What a batch processor may touch besides `Context` (docs/batch.md). `state` also has `get_many(keys)`
+    and `set_many(mapping)`."""
+
+    state: Any  # `State`, plus `get_many(keys, default=None) -> list` and `set_many(mapping)`
+    event_times: Any  # the batch's event times (a pyarrow Int64Array, one per row), while `process_batch` runs
+
+    @property
+    def topic(self) -> str | None:
+        """The input topic of the batch (or timer) in progress."""
+        ...
+
+    @property
+    def partition(self) -> int | None:
+        """The input partition of the batch (or timer) in progress."""
+        ...
+
+    def emit_batch(self, table: Any, key: Any = None, topic: str | None = None, timestamp: Any = None) -> None:
+        """One output record per row of `table` (a pyarrow Table or RecordBatch): the JSON object of its value
+        columns, encoded column-wise."""
+        ...
+
+    def forward(self, rows: Any, topic: str | None = None) -> None:
+        """The input records of `rows` (rows of the batch: its `offset` column), emitted unchanged: their value
+        bytes as read, their key and timestamp."""
+        ...
+
+
+class BatchProcessor(Processor):
+    """Subclass and implement `process_batch`: the columnar path (docs/batch.md). Consecutive records of one
+    input partition arrive as a `pyarrow.RecordBatch`; outputs leave as columns (`ctx.emit_batch`) or as the
+    input records unchanged (`ctx.forward`). The worker runs it on the batch engine; it needs the `batch` extra.
+    Must be deterministic in its state and output for a given input order, whatever the batch boundaries."""
+
+    #: the top-level JSON fields to decode into columns; None: every field (narrowing it saves decoding)
+    fields: tuple[str, ...] | None = None
+
+    @abstractmethod
+    def process_batch(self, batch: Any, ctx: BatchContext) -> None:
+        """Handle a batch: read and write `ctx.state` (in bulk: `get_many`, `set_many`), emit with
+        `ctx.emit_batch` / `ctx.forward`. A batch that raises is undone and split to find the records that
+        fail (`on_error` takes those), the others processed once."""
+
+    def process(self, record: Record, ctx: Context) -> None:
+        """Never called. (`on_timer(key, timestamp, ctx)` is, with a `BatchContext` as `ctx`.)"""
+        raise TypeError(f"{type(self).__name__} is a BatchProcessor: the batch engine calls `process_batch`, "
+                        "never `process` (stylus.core.engines.engine_for)")
 
 
 class ProcessorImportError(ImportError):

@@ -14,8 +14,10 @@ def describe(pipeline: Pipeline) -> str:
         spec = pipeline.processors[name]
         sem = spec.semantics
         state = sem.state or "stateless"
+        sql = spec.config.get("sql") if spec.class_ and spec.class_.startswith("stylus.sql.") else None
+        origin = f"  (sql: {sql['file']}, table {sql['table']})" if isinstance(sql, dict) else ""
         lines.append(
-            f"  {name}: {spec.class_ or 'command: ' + shlex.join(spec.command or ())}  "
+            f"  {name}: {spec.class_ or 'command: ' + shlex.join(spec.command or ())}{origin}  "
             f"state={state} output={sem.output}  "
             f"checkpoint every {format_duration(spec.checkpoint.interval)}  replicas={spec.replicas}  "
             f"on_error={spec.on_error}"

@@ -14,11 +14,13 @@ import click
 EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "spark": ("Spark", ("pyspark", "pyarrow", "pandas")),
     "archive": ("pyarrow (Parquet)", ("pyarrow",)),
+    "batch": ("pyarrow, NumPy and Polars (the columnar batch path)", ("pyarrow", "numpy", "polars")),
     "hdfs": ("the HDFS client", ("hdfs",)),
     "postgres": ("PostgreSQL (psycopg)", ("psycopg",)),
     "grafana": ("grafanalib", ("grafanalib",)),
     "demo": ("numpy", ("numpy",)),
     "plot": ("matplotlib", ("matplotlib",)),
+    "sql": ("sqlglot", ("sqlglot",)),
 }
 
 

@@ -87,6 +87,8 @@ def pipeline_factory(tmp_path: Path, bootstrap: str) -> Iterator[PipelineFactory
             spec["state"] = state
             procs[pname] = spec
         doc["processors"] = procs
+        if doc.get("tables"):  # a table reads one of the renamed topics
+            doc["tables"] = {n: {**t, "topic": rename.get(t["topic"], t["topic"])} for n, t in doc["tables"].items()}
         path = tmp_path / f"{doc['pipeline']}.yaml"
         path.write_text(yaml.safe_dump(doc, sort_keys=False))
         made_topics.extend(rename.values())

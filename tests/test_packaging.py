@@ -22,7 +22,8 @@ from tests.support.cli import ROOT
 from tests.support.kafka import produce, read_json
 
 #: top-level modules only the extras install (stylus/extras.py)
-EXTRA_MODULES = ("pyspark", "pyarrow", "pandas", "hdfs", "psycopg", "grafanalib", "numpy", "matplotlib")
+EXTRA_MODULES = ("pyspark", "pyarrow", "pandas", "hdfs", "psycopg", "grafanalib", "numpy", "matplotlib", "sqlglot",
+                 "polars")
 
 UPPER = '''
 from stylus import Processor
@@ -129,6 +130,15 @@ def test_settings_name_the_missing_extra(core_venv: Path, tmp_path: Path) -> Non
     assert result.returncode == 2
     assert "processors.counter.state.backend: state backend `postgres` needs PostgreSQL" in result.stderr
     assert "fix: pip install 'stylus[postgres]'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_sql_processor_names_the_missing_extra(core_venv: Path, tmp_path: Path) -> None:
+    """Loading a `sql:` app needs sqlglot: `validate` (and so `run`) says which extra to install."""
+    result = stylus(core_venv, "validate", str(ROOT / "pipelines" / "top_events.yaml"), cwd=tmp_path)
+    assert result.returncode == 2
+    assert "processors.top_events.sql: a `sql:` processor needs sqlglot, which is not installed" in result.stderr
+    assert "fix: pip install 'stylus[sql]'" in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -6,7 +6,8 @@ so records never become Spark rows (faster than a Python data source: BENCHMARKS
 Records mode is a plain RDD job (`parallelize(range(k), k).mapPartitions`) returning row tuples: the first
 DataFrame job of a session costs the JVM planning and code generation. Monoid processors run per chunk through
 `mapInArrow`, and their per-chunk states are merged by key with the processor's `combine` after a
-shuffle (the reduceByKey path).
+shuffle (the reduceByKey path). Batch processors (docs/batch.md) run through `mapInArrow` too, on the batch
+engine: their records become columns in the task and their results come back as Arrow.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from stylus.api import Processor, import_processor_class
+from stylus.api import BatchProcessor, Processor, import_processor_class
 from stylus.backfill.bounds import Bound
 from stylus.backfill.outputs import OutputTarget
 from stylus.backfill.plan import DEFAULT_CHUNK, Plan, Source, plan_ranges
@@ -77,7 +78,10 @@ class BackfillResult:
 
 
 def processing_mode(cls: type[Processor], pipeline: Pipeline, name: str) -> str:
-    """`monoid` when the processor is a pure MonoidProcessor (no own process/on_timer, no event time)."""
+    """`batch` for a BatchProcessor (columns through Arrow: `mapInArrow`); `monoid` when the processor is a pure
+    MonoidProcessor (no own process/on_timer, no event time); `records` otherwise."""
+    if issubclass(cls, BatchProcessor):
+        return "batch"
     try:
         from stylus.monoid import MonoidProcessor
     except ImportError:  # pragma: no cover - the monoid module ships with stylus
@@ -94,7 +98,7 @@ def plan_for(pipeline: Pipeline, name: str, bootstrap: str, start: Bound, stop: 
     spec = pipeline.processors[name]
     mode = processing_mode(import_processor_class(spec.class_), pipeline, name)
     return plan_ranges(bootstrap, spec.inputs, start, stop, source=source, archive_root=archive_root,
-                       chunk_size=chunk_size, per_partition=spec.stateful and mode == "records")
+                       chunk_size=chunk_size, per_partition=spec.stateful and mode != "monoid")
 
 
 def run_plan(spark: Any, pipeline: Pipeline, name: str, plan: Plan, output: OutputTarget | None = None, *,
@@ -127,6 +131,10 @@ def run_plan(spark: Any, pipeline: Pipeline, name: str, plan: Plan, output: Outp
                      .sortWithinPartitions("topic", "partition", "key", "n")
                      .mapInArrow(functools.partial(combine_states, job_json), RESULT_DDL))
             cols = frame.toArrow().to_pydict()
+        elif mode == "batch":  # a task's records stay columns end to end: Arrow in the task and back to the driver
+            cols = (spark.range(0, len(slots), 1, len(slots))
+                    .mapInArrow(functools.partial(run_units, job_json, units_json, slots), RESULT_DDL)
+                    .toArrow().to_pydict())
         else:
             rows = spark.sparkContext.parallelize(range(len(slots)), len(slots)).mapPartitions(
                 functools.partial(run_slots_rows, job_json, units_json, slots)).collect()

@@ -22,12 +22,14 @@ from stylus.backfill.outputs import OutputTarget, TaskOutput, open_output
 from stylus.backfill.plan import Unit
 from stylus.backfill.read import KafkaRange, open_unit, read_unit_batches
 from stylus.config.model import Pipeline
-from stylus.core.engine import Engine, RaiseFailures
+from stylus.core.engine import RaiseFailures
+from stylus.core.engines import engine_for
 from stylus.core.task import PartitionTask
 from stylus.kafka.settings import remember_connection
 from stylus.state.kv import MemoryKV
 from stylus.state.memory import MemoryState
 from stylus.state.store import PartitionStore
+from stylus.tables.history import history_tables
 
 RESULT_SCHEMA = pa.schema([
     ("kind", pa.string()),  # out | state | done
@@ -51,7 +53,7 @@ class JobSpec(BaseModel):
     bootstrap: str
     archive_root: str | None
     output: OutputTarget
-    mode: Literal["records", "monoid"] = "records"
+    mode: Literal["records", "monoid", "batch"] = "records"
     return_state: bool = False
     sys_path: tuple[str, ...] = ()
 
@@ -86,8 +88,10 @@ class UnitRun:
         cls = import_processor_class(self.spec.class_)
         self.processor = cls(config=self.spec.config, name=job.processor)
         self.output = open_output(job.output, self.pipeline, job.processor, job.bootstrap, unit.index, previous)
-        self.engine = Engine(self.processor, job.processor, self.spec, self.pipeline, self.output, RaiseFailures())
+        self.engine = engine_for(self.processor, job.processor, self.spec, self.pipeline, self.output, RaiseFailures())
         self.engine.atomic = False  # any failure fails the task: no per-record journal or held emits needed
+        # `ctx.table`: each key's versions, looked up as of the record's time (docs/tables.md, "Backfill")
+        self.engine.tables = history_tables(self.pipeline, job.processor, job.bootstrap)
         self.keep_state = self.spec.stateful or job.mode == "monoid"
         self.tasks: dict[tuple[str, int], PartitionTask] = {}
         self.read = 0

@@ -63,7 +63,12 @@ class SparkRun:
 
         pipeline = load_or_exit(pipeline_file, import_classes=True)
         if name not in pipeline.processors:
-            raise click.BadParameter(f"no processor `{name}`; the pipeline has {sorted(pipeline.processors)}",
+            from stylus.sql.expand import stages_of
+
+            stages = stages_of(pipeline, name)  # a `sql:` app of several tables runs one processor per table
+            hint = (f"; `{name}` is a SQL app of {len(stages)} processors, run each in turn, upstream first: "
+                    f"{', '.join(stages)}") if stages else ""
+            raise click.BadParameter(f"no processor `{name}`; the pipeline has {sorted(pipeline.processors)}{hint}",
                                      param_hint="--processor")
         try:
             lower = parse_bound(start, default="earliest")

@@ -145,12 +145,17 @@ def run(pipeline_file: str, processors: tuple[str, ...], exit_when_idle: float |
     import socket
 
     from stylus.runtime.runner import PipelineRunner, resolved_bootstrap
+    from stylus.sql.expand import stages_of
 
     pipeline = load_or_exit(pipeline_file, import_classes=True)
+    chosen: list[str] = []
     for name in processors:
-        if name not in pipeline.processors:
+        stages = stages_of(pipeline, name)  # a processor, or every table of a `sql:` app of that name
+        if not stages:
             raise click.BadParameter(f"no processor `{name}`; the pipeline has {sorted(pipeline.processors)}",
                                      param_hint="--processor")
+        chosen += [s for s in stages if s not in chosen]
+    processors = tuple(chosen)
     with resolved_bootstrap(pipeline) as bootstrap:
         click.echo(f"bootstrap servers: {bootstrap}", err=True)
         runner = PipelineRunner(pipeline, bootstrap, list(processors) or None, exit_when_idle=exit_when_idle,
@@ -236,6 +241,11 @@ cli.add_command(backup)
 from stylus.cli.nexmark import nexmark  # noqa: E402
 
 cli.add_command(nexmark)
+
+from stylus.cli.tables import serve, table  # noqa: E402
+
+cli.add_command(table)
+cli.add_command(serve)
 
 
 def main() -> None:

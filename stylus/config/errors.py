@@ -11,9 +11,15 @@ class Problem:
     message: str
     fix: str
     line: int | None = None
+    # a problem inside a file the YAML names (a `sql:` app): that file and the column, so the message points
+    # at the SQL itself (`apps/top.sql:4:12`) rather than at the YAML line that names it
+    column: int | None = None
+    file: str | None = None
 
     def render(self, file: str) -> str:
-        where = f"{file}:{self.line}" if self.line else file
+        where = self.file or file
+        if self.line:
+            where += f":{self.line}" + (f":{self.column}" if self.column else "")
         path = self.path or "(top level)"
         return f"{where}: {path}: {self.message}\n    fix: {self.fix}"
 

@@ -6,6 +6,7 @@ inside it (with the line when known) and what to write instead.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import shutil
@@ -67,6 +68,12 @@ def parse_pipeline(
         pipeline = Pipeline.model_validate({**data, "source": file} if isinstance(data, dict) else data)
     except ValidationError as exc:
         raise PipelineError(file, [_problem_from(err, lines) for err in exc.errors()]) from exc
+    if any(spec.sql is not None for spec in pipeline.processors.values()):
+        from stylus.sql.expand import expand_sql  # a `sql:` app -> its processors, read relative to `file`
+
+        pipeline, sql_problems = expand_sql(pipeline)
+        if sql_problems:
+            raise PipelineError(file, [_with_line(p, lines) for p in sql_problems])
     try:
         problems = check_references(pipeline)
     except RecursionError as exc:  # a chain of processors longer than Python's recursion limit
@@ -79,12 +86,17 @@ def parse_pipeline(
         problems = check_applicability(pipeline)
     if not problems and import_classes:
         problems = check_classes(pipeline)
-    for i, problem in enumerate(problems):
-        if problem.line is None:
-            problems[i] = Problem(problem.path, problem.message, problem.fix, _line_for(problem.path, lines))
+    problems = [_with_line(p, lines) for p in problems]
     if problems:
         raise PipelineError(file, problems)
     return pipeline
+
+
+def _with_line(problem: Problem, lines: dict[str, int]) -> Problem:
+    """The problem with the YAML line of its path, unless it already points somewhere (a SQL app's line)."""
+    if problem.line is not None:
+        return problem
+    return dataclasses.replace(problem, line=_line_for(problem.path, lines))
 
 
 # --- YAML with duplicate-key detection and a path -> line map -------------------------------
@@ -306,6 +318,9 @@ def check_references(pipeline: Pipeline) -> list[Problem]:
                     "add `outputs:` or choose at_least_once output",
                 )
             )
+    from stylus.config.tables import check_tables  # `tables:` (docs/tables.md)
+
+    problems += check_tables(pipeline)
     if not problems:
         cycle = _find_cycle(pipeline)
         if cycle:
@@ -365,6 +380,13 @@ def check_classes(pipeline: Pipeline) -> list[Problem]:
         if wrong:
             problems.append(Problem(f"processors.{name}.state.backend", wrong,
                                     "use `backend: rocksdb`, or subclass stylus.monoid.MonoidProcessor"))
+        if spec.concurrency is not None:
+            from stylus.core.concurrent import concurrency_problem
+
+            refused = concurrency_problem(pipeline, name, cls)
+            if refused:
+                problems.append(Problem(f"processors.{name}.concurrency", f"`concurrency` cannot apply: {refused}",
+                                        "remove `concurrency` (records are then worked on one at a time)"))
         problems += missing_extras(name, spec)
     return problems
 

@@ -164,7 +164,17 @@ class ProcessorSpec(Frozen):
     command_timeout: Duration = Field(30.0, gt=0)  # no answer for this long: the program is restarted
     command_window: int = Field(1000, ge=1, le=100_000)  # input lines written and not yet answered, at most
     command_attempts: int = Field(3, ge=1, le=100)  # crashes in a row on one record before `on_error` takes it
-    inputs: tuple[str, ...] = Field(min_length=1)
+    # concurrent work inside an input partition (docs/acker.md): up to this many records of one partition worked
+    # on at once (an `async def process`, or `ctx.defer`), tracked by an acker; input offsets are committed only
+    # past records whose whole work is complete. None: one record at a time
+    concurrency: int | None = Field(None, ge=1, le=10_000)
+    work_timeout: Duration = Field(30.0, gt=0)  # a record's work not complete within this: the attempt fails
+    work_attempts: int = Field(3, ge=1, le=100)  # attempts per record (timeouts, errors) before `on_error` takes it
+    # a Puma-style SQL app instead of `class` (docs/sql.md): a file relative to the pipeline file; the loader
+    # expands it into one `class:` processor per table it creates (stylus/sql/expand.py), inputs and outputs
+    # from the app, so a loaded pipeline has no `sql` processor left
+    sql: str | None = Field(None, min_length=1)
+    inputs: tuple[str, ...] = Field((), min_length=1)  # required, except with `sql` (_class_or_command)
     # topic names, each written either alone or as `{topic: NAME, grouping: all|global|key}`
     # (stylus/config/groupings.py): the names stay here, the groupings go to `groupings`
     outputs: tuple[OutputName, ...] = ()
@@ -182,6 +192,9 @@ class ProcessorSpec(Frozen):
     batch_size: int = Field(2000, ge=1, le=100_000)
     kafka: KafkaSettings = Field(default_factory=dict)  # librdkafka overrides for this processor; secrets held
     alerts: AlertSpec = AlertSpec()
+    # the `tables:` its `ctx.table(name)` reads, loaded and caught up before its first record (docs/tables.md);
+    # None: any table that fits it, opened at its first lookup
+    tables: tuple[str, ...] | None = None
 
     @property
     def stateful(self) -> bool:
@@ -213,12 +226,22 @@ class ProcessorSpec(Frozen):
 
     @model_validator(mode="after")
     def _class_or_command(self) -> ProcessorSpec:
-        if (self.class_ is None) == (self.command is None):
+        kinds = [k for k, v in (("class", self.class_), ("command", self.command), ("sql", self.sql)) if v is not None]
+        if len(kinds) != 1:
             raise FixableError(
                 "a processor names either `class` (a Python processor) or `command` (an executable over "
-                "stdin/stdout JSON lines), " + ("not both" if self.command is not None else "and this one has neither"),
-                "keep one of `class: module:Class` and `command: [./program, arg]`",
+                "stdin/stdout JSON lines) or `sql` (a SQL app, docs/sql.md), "
+                + (f"not both (this one has {' and '.join(f'`{k}`' for k in kinds)})" if kinds
+                   else "and this one has neither"),
+                "keep one of `class: module:Class`, `command: [./program, arg]` and `sql: app.sql`",
             )
+        if self.sql is not None:
+            from_app = [k for k in ("inputs", "outputs", "config") if getattr(self, k)]
+            if from_app:
+                raise FixableError(f"{', '.join(from_app)}: a SQL app's inputs, outputs and configuration come from "
+                                   "its SQL (FROM KAFKA('topic'), CREATE TABLE name)", f"remove {', '.join(from_app)}")
+        elif not self.inputs:
+            raise FixableError("`inputs` is required", "add `inputs: [TOPIC, ...]` to the processor")
         if self.command is None:
             # by value, not by `model_fields_set`: a pipeline dumped and parsed again (a backfill's Spark tasks)
             # names every field
@@ -227,7 +250,7 @@ class ProcessorSpec(Frozen):
             knobs += [f"checkpoint.{k}" for k in ("records", "bytes") if getattr(self.checkpoint, k) is not None]
             if knobs:
                 raise FixableError(f"{', '.join(knobs)} apply to `command` processors only",
-                                   f"remove {', '.join(knobs)}, or use `command:` instead of `class:`")
+                                   f"remove {', '.join(knobs)}, or use `command:` instead of `{kinds[0]}:`")
             return self
         if self.semantics.pair != (None, "at_least_once"):
             raise FixableError(
@@ -241,6 +264,48 @@ class ProcessorSpec(Frozen):
         if unused:
             raise FixableError(f"{', '.join(unused)} need(s) a Python processor; a `command` processor has no "
                                "state nor timers", f"remove {', '.join(unused)}")
+        return self
+
+    @model_validator(mode="after")
+    def _concurrency_honourable(self) -> ProcessorSpec:
+        """`concurrency` commits an input offset only past records whose work is complete, and records complete
+        out of order: after a crash, the records that completed past the oldest incomplete one are processed
+        again. Their outputs and state changes repeat, so only at-least-once output and state can be promised
+        (docs/acker.md, "Which semantics")."""
+        if self.concurrency is None:
+            defaults = type(self).model_fields
+            knobs = [k for k in ("work_timeout", "work_attempts") if getattr(self, k) != defaults[k].default]
+            if knobs:
+                raise FixableError(f"{', '.join(knobs)} apply to concurrent work only",
+                                   f"add `concurrency: N` (records of a partition worked on at once), or remove "
+                                   f"{', '.join(knobs)}")
+            return self
+        if self.command is not None:
+            raise FixableError("`concurrency` applies to Python processors; a `command` processor pipelines its "
+                               "records with `command_window`", "remove `concurrency`, or set `command_window`")
+        if getattr(self, "sql", None) is not None:
+            raise FixableError("`concurrency` applies to Python processors whose `process` awaits slow I/O; a SQL "
+                               "app's processors do not", "remove `concurrency`")
+        if self.semantics.pair not in ((None, "at_least_once"), ("at_least_once", "at_least_once")):
+            raise FixableError(
+                f"`concurrency` cannot honour (state={self.semantics.state}, output={self.semantics.output}): records "
+                "complete out of order and input offsets are committed only up to the oldest record still in flight, "
+                "so after a crash the records that had completed past it are processed again; their outputs and "
+                "state changes repeat, which only at-least-once output and state allow",
+                "use `semantics: {state: at_least_once, output: at_least_once}` (or `{output: at_least_once}` when "
+                "stateless), or remove `concurrency`")
+        unsupported = {
+            "event_time": "the watermark would pass records still in flight, judging them late and closing their "
+                          "windows without them",
+            "dedup": "ids are remembered in offset order as records finish, and records finish out of order",
+        }
+        for key, why in unsupported.items():
+            if getattr(self, key) is not None:
+                raise FixableError(f"`{key}` cannot be combined with `concurrency`: {why}",
+                                   f"remove `{key}`, or remove `concurrency`")
+        if self.state.backend != "rocksdb":
+            raise FixableError(f"`concurrency` needs the rocksdb state backend, not `{self.state.backend}`",
+                               "use `backend: rocksdb`, or remove `concurrency`")
         return self
 
     @model_validator(mode="after")
@@ -285,11 +350,38 @@ class ProcessorSpec(Frozen):
         return self
 
 
+class TableSpec(Frozen):
+    """A topic materialised as a key-value table (Laser; docs/tables.md): the latest value per key."""
+
+    topic: str
+    # `global`: every instance holds all of it; `partitioned`: an instance holds the partitions matching its
+    # input partitions (the table's topic is co-partitioned with the processor's inputs)
+    placement: Literal["partitioned", "global"] = "global"
+    # the value field (Parquet: column) that holds the key, for records without a Kafka key and for bulk loads
+    key: str | None = Field(None, min_length=1)
+    # the value fields kept (a projection); None: the whole value
+    value: tuple[str, ...] | None = Field(None, min_length=1)
+    # an entry older than this (its record's timestamp against the looking-up record's, or the wall clock when
+    # served) reads as absent
+    ttl: Duration | None = Field(None, gt=0)
+    # Parquet file or directory loaded in bulk before the topic (a warehouse snapshot), relative to the YAML
+    parquet: str | None = Field(None, min_length=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_field_value(cls, data: Any) -> Any:
+        """`value: name` is `value: [name]`."""
+        if isinstance(data, dict) and isinstance(data.get("value"), str):
+            return {**data, "value": [data["value"]]}
+        return data
+
+
 class Pipeline(Frozen):
     pipeline: str = Field(pattern=NAME_PATTERN)
     kafka: KafkaSettings = Field(default_factory=dict)  # secrets held as Secret (stylus/config/secrets.py)
     topics: dict[str, TopicSpec] = Field(min_length=1)
     processors: dict[str, ProcessorSpec] = Field(min_length=1)
+    tables: dict[str, TableSpec] = Field(default_factory=dict)  # docs/tables.md
     source: str = Field("<memory>", exclude=True)
 
     def processor(self, name: str) -> ProcessorSpec:

@@ -14,6 +14,7 @@ import orjson
 from stylus.api import Processor, Record
 from stylus.config.model import Pipeline, ProcessorSpec
 from stylus.core.dedup import DedupFilter
+from stylus.core.deferred import InOrder, Then, is_async
 from stylus.core.groupings import Routes
 from stylus.core.message import RawMessage
 from stylus.core.sink import DirectOutput, Sink, refuse_oversized
@@ -22,6 +23,7 @@ from stylus.eventtime.clock import META_KEY, PartitionClock, clock_of
 from stylus.eventtime.control import decode as decode_control
 from stylus.eventtime.control import is_control
 from stylus.eventtime.late import LateHandler
+from stylus.eventtime.timestamps import epoch_ms
 from stylus.eventtime.tracker import WatermarkTracker
 from stylus.serde import decoder, encode_key, encoder
 
@@ -55,8 +57,8 @@ class RaiseFailures:
 class EngineContext:
     """The `ctx` handed to the processor; its fields are repointed per record, not rebuilt."""
 
-    __slots__ = ("_default_topic", "_direct", "_encode", "_encode_any", "_fixed", "_outputs", "_pending", "_raw_key",
-                 "_routes", "_sink", "_stamp", "_stamp_name", "_task",
+    __slots__ = ("_default_topic", "_deferred", "_direct", "_encode", "_encode_any", "_fixed", "_outputs", "_pending",
+                 "_raw_key", "_routes", "_sink", "_stamp", "_stamp_name", "_task",
                  "_timer", "_timestamp", "engine", "event_time", "processor_name", "record", "state", "watermark")
 
     def __init__(self, engine: Engine, name: str, default_topic: str | None) -> None:
@@ -90,6 +92,8 @@ class EngineContext:
         # header, `_stamp` % (input offset, emit index), built here; None otherwise
         self._stamp: bytes | None = None
         self._stamp_name = ""
+        # while an async `process` runs in order (stylus/core/deferred.py): what it deferred, awaited after it
+        self._deferred: list[tuple[Any, Then | None]] | None = None
 
     def emit(
         self,
@@ -159,6 +163,20 @@ class EngineContext:
             for part in parts:
                 pending.append((partial(self._sink, partition=part), target, key, value, ts, headers))
 
+    def defer(self, work: Any, then: Then | None = None) -> None:
+        """Slow I/O on the record's behalf (docs/acker.md). Here, outside `concurrency`, it runs in order: the
+        record is done once `work` is, and `then(result, ctx)` has run (stylus/core/deferred.py)."""
+        self.engine.in_order.defer(self, work, then)
+
+    def table(self, name: str) -> Any:
+        """A table declared under `tables:` (docs/tables.md): `.get(key)` answers as of the table records applied
+        so far. Only processors that call it pay for tables: the per-record path never looks at them."""
+        tables = self.engine.tables
+        if tables is None:
+            raise LookupError(f"processor `{self.processor_name}` has no table `{name}` here: declare it under "
+                              "`tables:` of the pipeline (docs/tables.md)")
+        return tables.view(name, self)
+
     def set_timer(self, key: str, timestamp: int) -> None:
         task = self._task
         if task is None or task.store is None:
@@ -201,6 +219,12 @@ class Engine:
         # runner whose every failure ends the run (backfill's RaiseFailures) may turn it off for speed
         self.atomic = True
         self.dedup = DedupFilter(spec.dedup) if spec.dedup is not None else None  # stylus/core/dedup.py
+        # `ctx.table(name)`'s lookups (stylus/tables/registry.py, or the TestDriver's): set by the runner, if any
+        self.tables: Any = None
+        # an `async def process` runs here one record at a time, to its end (`concurrency` overlaps records in
+        # the worker instead: stylus/core/concurrent.py); a plain `process` pays one test per batch
+        self.in_order = InOrder()
+        self.in_order_process = self.in_order.wrap(processor) if is_async(processor) else None
         self._started = False
 
     def start(self) -> None:
@@ -211,7 +235,7 @@ class Engine:
     def process_messages(self, msgs: Iterable[Any], task_for: Callable[[str, int], PartitionTask]) -> int:
         """Process a batch; advances each task's `next_offset`. Returns the number of records handled."""
         ctx = self.ctx
-        process = self.processor.process
+        process = self.in_order_process or self.processor.process  # read per batch: `setup` may rebind it
         new_record = object.__new__
         failures = self.failures
         track_time = self.track_time
@@ -465,7 +489,8 @@ def _key_bytes(key: Any) -> bytes:
 
 
 def _release(pending: list[tuple[Any, ...]]) -> None:
-    """Hand a successful record's emits to their sink, in order."""
+    """Hand a successful record's emits to their sink, in order (held as `emit` holds them without a direct
+    sink: also a concurrent record's, stylus/core/concurrent.py)."""
     for sink, target, key, value, ts, headers in pending:
         sink(target, key, value, ts, headers)
     pending.clear()
@@ -482,4 +507,8 @@ def _event_time(value: Any, field: str | None, timestamp: int) -> int:
         event_time = value.get(field)
         if isinstance(event_time, int | float) and not isinstance(event_time, bool):
             return int(event_time)
+        if isinstance(event_time, str):  # an ISO-8601 timestamp (a SQL app's time column may hold one)
+            parsed = epoch_ms(event_time)
+            if parsed is not None:
+                return parsed
     return timestamp

@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from stylus.config.env import MissingVariable, expand_env
-from stylus.config.model import ProcessorSpec
+from stylus.config.model import Pipeline, ProcessorSpec
 from stylus.config.profiles import Profile
 
 #: The image's working directory; relative state dirs in the YAML resolve against it.
@@ -28,6 +28,31 @@ PIPELINE_MOUNT = "/etc/stylus/pipeline.yaml"
 STATE_DIR = "/var/lib/stylus/state"
 #: Where `stylus alerts` / `stylus dashboard` output lands for Prometheus and Grafana.
 GENERATED_DIR = "/var/lib/stylus/generated"
+
+
+class AppFile(BaseModel):
+    """A file the pipeline YAML names besides itself (a `sql:` app, docs/sql.md), mounted in every container
+    that loads the pipeline at the same path relative to it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str  # the Compose config / ConfigMap key
+    target: str  # the path in the container
+    text: str
+
+
+def app_files(pipeline: Pipeline) -> list[AppFile]:
+    """The SQL apps of the pipeline's `sql:` processors (their compiled stages say which file they came from)."""
+    files: dict[str, AppFile] = {}
+    for spec in pipeline.processors.values():
+        sql = spec.config.get("sql") if (spec.class_ or "").startswith("stylus.sql.") else None
+        if not isinstance(sql, Mapping) or not sql.get("path"):
+            continue
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(PIPELINE_MOUNT), sql["path"]))
+        if target not in files:
+            with open(sql["file"], encoding="utf-8") as f:
+                files[target] = AppFile(key=f"app-{len(files)}.sql", target=target, text=f.read())
+    return list(files.values())
 
 
 class DeployError(ValueError):
@@ -61,8 +86,10 @@ def container_command(processor: str, metrics_port: int) -> list[str]:
 
 def grace_seconds(spec: ProcessorSpec) -> int:
     """SIGTERM -> SIGKILL time: the batch in flight plus a final checkpoint, with room for a slow one
-    (two checkpoint intervals and 10 s), never under 30 s."""
-    return max(30, math.ceil(2 * spec.checkpoint.interval + 10))
+    (two checkpoint intervals and 10 s), never under 30 s; with `concurrency`, also the time the work in flight
+    is given to complete before that checkpoint (`work_timeout`, docs/acker.md)."""
+    drain = spec.work_timeout if spec.concurrency is not None else 0.0
+    return max(30, math.ceil(2 * spec.checkpoint.interval + 10 + drain))
 
 
 def container_env(profile_name: str, profile: Profile | None) -> dict[str, str]:

@@ -18,6 +18,7 @@ from stylus.deploy.common import (
     PIPELINE_MOUNT,
     DeployError,
     DeployOptions,
+    app_files,
     container_command,
     container_env,
     dns_name,
@@ -50,6 +51,12 @@ def _escape(text: str) -> str:
     return text.replace("$", "$$")
 
 
+def pipeline_configs(pipeline: Pipeline) -> list[dict[str, str]]:
+    """The pipeline YAML, and the SQL apps it names next to it, for a service that loads the pipeline."""
+    return [{"source": "pipeline", "target": PIPELINE_MOUNT},
+            *({"source": f.key, "target": f.target} for f in app_files(pipeline))]
+
+
 def processor_service(pipeline: Pipeline, pipeline_text: str, name: str, options: DeployOptions,
                       profile: Profile | None, profile_name: str) -> dict[str, Any]:
     spec = pipeline.processors[name]
@@ -59,7 +66,7 @@ def processor_service(pipeline: Pipeline, pipeline_text: str, name: str, options
         "command": container_command(name, port),
         "init": True,
         "environment": container_env(profile_name, profile),
-        "configs": [{"source": "pipeline", "target": PIPELINE_MOUNT}],
+        "configs": pipeline_configs(pipeline),
         "expose": [str(port)],
         "labels": {"io.stylus.pipeline": pipeline.pipeline, "io.stylus.processor": name},
         "deploy": {"replicas": spec.replicas},
@@ -137,7 +144,8 @@ def _hdfs() -> dict[str, dict[str, Any]]:
     }
 
 
-def _spark(options: DeployOptions, profile_name: str, profile: Profile | None) -> dict[str, dict[str, Any]]:
+def _spark(pipeline: Pipeline, options: DeployOptions, profile_name: str,
+           profile: Profile | None) -> dict[str, dict[str, Any]]:
     image = f"${{STYLUS_SPARK_IMAGE:-{options.spark_image}}}"
     env = {**container_env(profile_name, profile), "SPARK_NO_DAEMONIZE": "1"}
     return {
@@ -146,7 +154,7 @@ def _spark(options: DeployOptions, profile_name: str, profile: Profile | None) -
             "entrypoint": ["spark-class", "org.apache.spark.deploy.master.Master"],
             "command": ["--host", "spark-master", "--port", "7077", "--webui-port", "8080"],
             "environment": env,
-            "configs": [{"source": "pipeline", "target": PIPELINE_MOUNT}],
+            "configs": pipeline_configs(pipeline),
             "ports": ["8080:8080"],
             "restart": "unless-stopped",
         },
@@ -155,7 +163,7 @@ def _spark(options: DeployOptions, profile_name: str, profile: Profile | None) -
             "entrypoint": ["spark-class", "org.apache.spark.deploy.worker.Worker"],
             "command": ["spark://spark-master:7077"],
             "environment": env,
-            "configs": [{"source": "pipeline", "target": PIPELINE_MOUNT}],
+            "configs": pipeline_configs(pipeline),
             "depends_on": ["spark-master"],
             "restart": "unless-stopped",
         },
@@ -178,7 +186,7 @@ def _monitoring(pipeline: Pipeline, options: DeployOptions) -> dict[str, dict[st
             "image": f"${{STYLUS_IMAGE:-{options.image}}}",
             "entrypoint": ["sh", "-c"],
             "command": [generate_script(pipeline)],
-            "configs": [{"source": "pipeline", "target": PIPELINE_MOUNT}],
+            "configs": pipeline_configs(pipeline),
             "volumes": [f"generated:{GENERATED_DIR}"],
             "restart": "no",
         },
@@ -249,12 +257,13 @@ def render_compose_doc(pipeline: Pipeline, pipeline_text: str, options: DeployOp
     for name in pipeline.topological_order():
         services[name] = processor_service(pipeline, pipeline_text, name, options, profile, profile_name)
     services.update(_hdfs())
-    services.update(_spark(options, profile_name, profile))
+    services.update(_spark(pipeline, options, profile_name, profile))
     services.update(_monitoring(pipeline, options))
     volumes = ["kafka-data", "namenode-data", "datanode-data", "generated", "prometheus-data", "grafana-data"]
     volumes += [state_volume(n) for n in pipeline.topological_order() if pipeline.processors[n].stateful]
     configs = {
         "pipeline": {"content": _escape(pipeline_text)},
+        **{f.key: {"content": _escape(f.text)} for f in app_files(pipeline)},
         "prometheus": {"content": dump_yaml(prometheus_config(pipeline, options))},
         **{key: {"content": text} for key, text in _grafana_configs().items()},
     }

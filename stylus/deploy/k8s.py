@@ -18,6 +18,7 @@ from stylus.deploy.common import (
     PIPELINE_MOUNT,
     DeployError,
     DeployOptions,
+    app_files,
     container_command,
     container_env,
     dns_name,
@@ -58,7 +59,7 @@ def config_map(pipeline: Pipeline, pipeline_text: str, options: DeployOptions) -
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(config_map_name(pipeline), _labels(pipeline), options),
-        "data": {"pipeline.yaml": pipeline_text},
+        "data": {"pipeline.yaml": pipeline_text, **{f.key: f.text for f in app_files(pipeline)}},
     }
 
 
@@ -94,6 +95,8 @@ def _container(pipeline: Pipeline, pipeline_text: str, name: str, options: Deplo
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
         "volumeMounts": [
             {"name": "pipeline", "mountPath": PIPELINE_MOUNT, "subPath": "pipeline.yaml", "readOnly": True},
+            *({"name": "pipeline", "mountPath": f.target, "subPath": f.key, "readOnly": True}
+              for f in app_files(pipeline)),  # the SQL apps it names, next to it
             {"name": "state", "mountPath": mount},
         ],
     }
@@ -177,7 +180,8 @@ def render_k8s_docs(pipeline: Pipeline, pipeline_text: str, options: DeployOptio
         if other != name:
             raise DeployError(f"processors `{other}` and `{name}` map to the same Kubernetes name "
                               f"`{workload_name(pipeline, name)}`; rename one")
-    checksum = hashlib.sha256(pipeline_text.encode()).hexdigest()[:16]
+    checksum = hashlib.sha256("".join([pipeline_text, *(f.text for f in app_files(pipeline))]).encode()
+                              ).hexdigest()[:16]
     docs = [config_map(pipeline, pipeline_text, options)]
     for name in names:
         docs.append(_service(pipeline, name, options))

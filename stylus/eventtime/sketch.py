@@ -8,10 +8,19 @@ are halved once they pass `max_total`, so the sketch follows a drifting distribu
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Sequence
 
 _BASE = 1.05
 _LOG_BASE = math.log(_BASE)
 _BUCKETS = 640  # 1.05**639 ms is far beyond any sane lateness
+
+
+def _bucket(lateness_ms: int) -> int:
+    """The bucket counting a lateness (ms): 0 for none, then geometric (as `LatenessSketch.add` counts)."""
+    if lateness_ms <= 0:
+        return 0
+    return min(1 + math.ceil(math.log(lateness_ms) / _LOG_BASE - 1e-9), _BUCKETS - 1)
 
 
 def _upper(index: int) -> int:
@@ -36,13 +45,26 @@ class LatenessSketch:
         self._after_add()
 
     def add(self, lateness_ms: int) -> None:
-        if lateness_ms <= 0:
+        if lateness_ms <= 0:  # inline (not `_bucket`): this runs per out-of-order record
             self.counts[0] += 1
         else:
             index = 1 + math.ceil(math.log(lateness_ms) / _LOG_BASE - 1e-9)
             self.counts[min(index, _BUCKETS - 1)] += 1
         self.total += 1
         self._after_add()
+
+    def add_many(self, lateness_ms: Sequence[int]) -> None:
+        """`add` for each lateness in order, in one call (a batch engine's records): the same counts, halvings
+        included."""
+        pos = 0
+        while pos < len(lateness_ms):
+            take = min(len(lateness_ms) - pos, self.max_total + 1 - self.total)  # this many, then a halving
+            counts = self.counts
+            for index, n in Counter(map(_bucket, lateness_ms[pos:pos + take])).items():
+                counts[index] += n
+            self.total += take
+            pos += take
+            self._after_add()
 
     def _after_add(self) -> None:
         self._dirty = True

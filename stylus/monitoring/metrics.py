@@ -187,6 +187,13 @@ class StylusCollector(Collector):
         restarts = CounterMetricFamily("stylus_command_restarts", "Times a `command` processor's program was "
                                        "restarted (it exited, stopped answering or broke the protocol)",
                                        labels=PROC_LABELS)
+        in_flight = GaugeMetricFamily("stylus_work_in_flight", "Input records taken and not complete yet "
+                                      "(`concurrency`: running, waiting for a slot or for their key)",
+                                      labels=PROC_LABELS)
+        work_retries = CounterMetricFamily("stylus_work_retries", "Records whose work was tried again after an "
+                                           "attempt failed or timed out (`concurrency`)", labels=PROC_LABELS)
+        work_timeouts = CounterMetricFamily("stylus_work_timeouts", "Attempts not complete within `work_timeout` "
+                                            "(`concurrency`)", labels=PROC_LABELS)
         errors = self.errors()
         for name, worker in list(self.workers().items()):
             proc = [pipe, name]
@@ -221,6 +228,10 @@ class StylusCollector(Collector):
                 late.add_metric([*proc, action], count)
             if spec.dedup is not None:
                 duplicates.add_metric(proc, worker.duplicates)
+            if worker.concurrent is not None:
+                in_flight.add_metric(proc, worker.concurrent.incomplete)
+                work_retries.add_metric(proc, worker.concurrent.retries)
+                work_timeouts.add_metric(proc, worker.concurrent.timeouts)
             _add_timing(latency, proc, worker.stats.batch)
             _add_timing(commit, proc, worker.stats.commit)
             backups = worker.backups
@@ -234,7 +245,7 @@ class StylusCollector(Collector):
                 wm_lag.add_metric(proc, max(0.0, now - watermark / 1000.0))
         yield from (lag_msgs, lag_secs, position, committed, end, processed, emitted, dead, skipped, late,
                     rebalances, latency, ckpt, commit, last_ckpt, interval, backup_age, backup_done, backup_failed,
-                    wm_lag, assigned, running, duplicates, restarts)
+                    wm_lag, assigned, running, duplicates, restarts, in_flight, work_retries, work_timeouts)
 
     def _lags(self, worker: Worker | ExecutableWorker, tasks: list[PartitionTask], now: float
               ) -> dict[TP, tuple[int | None, int | None, int | None, int | None, float | None]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
 
@@ -13,14 +15,18 @@ from stylus.runtime.checkpointing import Checkpointer
 from stylus.runtime.recovery import PartitionOpener
 from stylus.runtime.transactions import WorkerTransaction
 
+if TYPE_CHECKING:
+    from stylus.tables.registry import TableRegistry
+
 log = logging.getLogger(__name__)
 
 
 class Assignment:
     def __init__(self, name: str, consumer: Consumer, opener: PartitionOpener, checkpointer: Checkpointer,
                  tasks: dict[tuple[str, int], PartitionTask], transaction: WorkerTransaction | None,
-                 *, cooperative: bool) -> None:
-        """`tasks` is the worker's: the engine and the checkpoints read the same mapping."""
+                 *, cooperative: bool, released: Callable[[list[PartitionTask]], None] | None = None) -> None:
+        """`tasks` is the worker's: the engine and the checkpoints read the same mapping. `released` is told of
+        partitions let go (after their checkpoint, if any): `concurrency` cancels their work in flight."""
         self.name = name
         self.consumer = consumer
         self.opener = opener
@@ -28,6 +34,9 @@ class Assignment:
         self.cooperative = cooperative
         self.tasks = tasks
         self.transaction = transaction  # exactly-once output only
+        self.released = released
+        # `ctx.table` lookups (stylus/tables/registry.py): caught up before any record of an assigned partition
+        self.tables: TableRegistry | None = None
         # partitions whose task was dropped (`forget`) while still assigned: until the group assigns them
         # again, records of theirs already fetched must not reach the engine (there is no task for them)
         self.forgotten: set[tuple[str, int]] = set()
@@ -67,6 +76,8 @@ class Assignment:
         if self.transaction is not None:
             self.transaction.start()
             self.transaction.fence_previous_owners(partitions)
+        if self.tables is not None:  # before the opener: a catch-up replay (R4) already looks tables up
+            self.tables.assigned([(tp.topic, tp.partition) for tp in partitions])
         opened = [self.opener.open(tp.topic, tp.partition) for tp in partitions]
         for one in opened:  # each keeps its task as soon as it has one: a failure below drops it cleanly
             self.tasks[one.task.key] = one.task
@@ -105,12 +116,16 @@ class Assignment:
             else:
                 consumer.unassign()
             self._unassigned(partitions)
+            if self.tables is not None:
+                self.tables.revoked([(tp.topic, tp.partition) for tp in partitions])
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """The partitions already belong to someone else: save nothing, forget buffered work."""
         self._moved()
         self._lose(self._held(partitions))
         self._unassigned(partitions)
+        if self.tables is not None:
+            self.tables.revoked([(tp.topic, tp.partition) for tp in partitions])
 
     def _lose(self, lost: list[PartitionTask]) -> None:
         self.checkpointer.await_inflight()
@@ -174,6 +189,8 @@ class Assignment:
         for task in tasks:
             if self.tasks.get(task.key) is not task:
                 continue
+            if self.released is not None:
+                self.released([task])
             if self.transaction is not None:
                 self.transaction.unbind(task)
             if task.store is not None:

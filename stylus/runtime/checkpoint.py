@@ -120,7 +120,8 @@ class PendingCheckpoint:
         self.tasks = tasks
         self.steps = scope.ordering.steps
         self.prefix, self.middle, self.suffix = split_steps(self.steps)
-        self.offsets = {task.key: task.next_offset for task in tasks}
+        # where each partition resumes: past every record whose work is complete, never past one in flight
+        self.offsets = {task.key: task.checkpoint_offset for task in tasks}
         self.watermark = watermark  # what the output saved by this checkpoint covers
         #: the transaction failed (the exception, and whether it was fenced): its partitions are replayed
         self.failure: tuple[Exception, bool] | None = None
@@ -139,7 +140,7 @@ class PendingCheckpoint:
                     )
                     for task in tasks
                     if task.store is not None
-                    and (step is not Step.OFFSETS or task.next_offset != task.committed_offset)
+                    and (step is not Step.OFFSETS or self.offsets[task.key] != task.committed_offset)
                 ]
         self.commits = [
             TopicPartition(task.topic, task.partition, offset)

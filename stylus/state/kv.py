@@ -5,13 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from rocksdict import DBCompressionType, Options, Rdict, WriteBatch
 
 
 class KV(Protocol):
     def get(self, key: bytes) -> bytes | None: ...
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]: ...
     def write(self, changes: Mapping[bytes, bytes | None]) -> None: ...
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]: ...
     def close(self) -> None: ...
@@ -23,6 +24,10 @@ class MemoryKV:
 
     def get(self, key: bytes) -> bytes | None:
         return self.data.get(key)
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        get = self.data.get
+        return [get(key) for key in keys]
 
     def write(self, changes: Mapping[bytes, bytes | None]) -> None:
         for key, value in changes.items():
@@ -65,6 +70,13 @@ class RocksKV:
     def get(self, key: bytes) -> bytes | None:
         value = self.db.get(key)
         return value if value is None else bytes(value)
+
+    def get_many(self, keys: list[bytes]) -> list[bytes | None]:
+        """One RocksDB multi-get (batch processors read the keys a batch touches at once)."""
+        if not keys:
+            return []
+        found: Any = self.db.get(keys)  # type: ignore[arg-type]  # a list of keys: one multi-get
+        return [None if value is None else bytes(value) for value in found]
 
     def write(self, changes: Mapping[bytes, bytes | None]) -> None:
         if not changes:

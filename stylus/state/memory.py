@@ -15,6 +15,7 @@ What differs from `StateMap`, and why that is safe where it is used:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stylus.state.store import encode_value, key_type_error, state_key
@@ -27,6 +28,15 @@ class MemoryState(dict[str, Any]):
         super().__init__()
         self._saved: set[str] = set()  # keys the last save wrote: deleted since, the next save deletes them
         self._undo: list[Any] = []  # stays empty: see the module docstring
+
+    def get_many(self, keys: Sequence[str], default: Any = None) -> list[Any]:
+        """As `StateMap.get_many`."""
+        get = self.get
+        return [get(key, default) for key in keys]
+
+    def set_many(self, mapping: Mapping[str, Any]) -> None:
+        """As `StateMap.set_many`."""
+        self.update(mapping)
 
     def scan_prefix(self, prefix: str) -> list[tuple[str, Any]]:
         """Entries whose key starts with `prefix`, in key order, as `StateMap.scan_prefix`."""

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import heapq
 import struct
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from itertools import repeat
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
@@ -138,6 +139,39 @@ class StateMap(MutableMapping[str, Any]):
         if value is _MISSING:
             raise KeyError(key)
         return value
+
+    def get_many(self, keys: Sequence[str], default: Any = None) -> list[Any]:
+        """The values of `keys`, in order (`default` for an absent one): unsaved and cached values from memory,
+        the rest in one multi-get from the KV. A batch processor reads every key its batch touches so."""
+        out = list(map(self._dirty.get, keys, repeat(_MISSING)))
+        if _MISSING in out:
+            values = self._values
+            load: list[int] = []
+            for i, value in enumerate(out):
+                if value is _MISSING:
+                    value = out[i] = values.get(keys[i], _MISSING)
+                    if value is _MISSING:
+                        load.append(i)
+            if load:
+                names = [keys[i] for i in load]
+                for name in names:
+                    if not isinstance(name, str):
+                        raise key_type_error(name)
+                for i, name, raw in zip(load, names, self._kv.get_many([state_key(n) for n in names]), strict=True):
+                    value = out[i] = values[name] = _DELETED if raw is None else orjson.loads(raw)
+        return [default if value is _DELETED else value for value in out] if _DELETED in out else out
+
+    def set_many(self, mapping: Mapping[str, Any]) -> None:
+        """`state[key] = value` for every item, in one call (journaled like single writes)."""
+        if set(map(type, mapping)) - {str}:
+            for key in mapping:
+                if not isinstance(key, str):
+                    raise key_type_error(key)
+        dirty = self._dirty
+        undo = self._undo
+        if undo is not None:  # each key's unsaved value before this write, as __setitem__ journals it
+            undo.extend(zip(mapping, map(dirty.get, mapping, repeat(_MISSING)), strict=True))
+        dirty.update(mapping)
 
     def __setitem__(self, key: str, value: Any) -> None:
         if type(key) is not str and not isinstance(key, str):

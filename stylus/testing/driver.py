@@ -45,6 +45,9 @@ class TestDriver:
         self.pipeline = _with_config(loaded, config or {})
         order = self.pipeline.topological_order()
         names = [processors] if isinstance(processors, str) else list(processors) if processors is not None else order
+        from stylus.sql.expand import stages_of  # the YAML name of a `sql:` app stands for all its processors
+
+        names = [stage for name in names for stage in (stages_of(self.pipeline, name) or [name])]
         unknown = sorted(set(names) - set(order))
         if unknown:
             raise ValueError(f"unknown processor(s) {unknown}; the pipeline has {sorted(order)}")

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from stylus.api import Processor, import_processor_class
 from stylus.config.model import EventTimeSpec, Pipeline
-from stylus.core.engine import Engine
+from stylus.core.engines import engine_for
 from stylus.core.task import NO_TIME, PartitionTask
 from stylus.eventtime.clock import clock_of
 from stylus.eventtime.control import HEADERS, WatermarkPublisher
@@ -25,6 +25,7 @@ from stylus.runtime.failures import FailurePolicy
 from stylus.state.kv import MemoryKV
 from stylus.state.store import PartitionStore
 from stylus.testing.sink import DriverSink
+from stylus.testing.tables import DriverTables
 from stylus.testing.topics import Status, Topics
 
 Key = tuple[str, int]
@@ -70,6 +71,7 @@ class Stage:
         self.keys: list[Key] = [(t, p) for t in spec.inputs for p in range(topics.width(t))]
         self.disks: dict[Key, MemoryKV] = {key: MemoryKV() for key in self.keys}  # survive crashes
         self.group: dict[Key, int] = {}  # the consumer group's committed offsets: survive crashes
+        self.tables = DriverTables(pipeline, name, topics)  # `ctx.table`: kept across crashes, as on disk
         self._boot()
 
     # ------------------------------------------------------------------ lifecycle
@@ -78,7 +80,8 @@ class Stage:
         spec = self.spec
         self.processor: Processor = import_processor_class(spec.class_)(config=spec.config, name=self.name)
         failures = FailurePolicy(spec.on_error, self.name, self.pipeline.dlq_topic(self.name), cast(Any, self.sink))
-        self.engine = Engine(self.processor, self.name, spec, self.pipeline, self.sink, failures)
+        self.engine = engine_for(self.processor, self.name, spec, self.pipeline, self.sink, failures)
+        self.engine.tables = self.tables
         if self.manual:
             self.engine.watermarks = ManualWatermarks(spec.event_time, self.mark)
         self.publisher: WatermarkPublisher | None = None
@@ -116,6 +119,7 @@ class Stage:
                    for entry in self.topics.partition_log(*key)[task.next_offset or 0:]
                    if entry.status is not Status.GONE]
         entries.sort(key=lambda entry: entry.seq)
+        self.tables.refresh()  # caught up with what the tables' topics show before these records
         if entries:
             self.engine.process_messages([entry.message() for entry in entries], self._task_for)
         for task in self.tasks.values():

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 import yaml
 
+from processors.dimensions import DEFAULT_PATH
 from processors.generator import GeneratorConfig
 from processors.generator import produce as produce_events
 from stylus.backfill.bounds import parse_bound
@@ -31,6 +32,7 @@ from stylus.backfill.seed import state_path
 from stylus.config.model import Pipeline
 from stylus.kafka.admin import create_topics
 from stylus.state.kv import RocksKV
+from stylus.tables.load import load_rows, read_rows
 from tests.support.cli import run_stylus
 from tests.support.kafka import read_raw
 
@@ -74,6 +76,8 @@ def test_each_trending_processor_backfills_to_what_the_stream_did(
 ) -> None:
     path, pipeline = pipeline_factory(trending_doc(tmp_path / "state"))
     create_topics(bootstrap, dict(pipeline.topics))
+    load_rows(bootstrap, pipeline, "dims", read_rows(DEFAULT_PATH))  # the Joiner's table, loaded after the events'
+    # timestamps: the backfill's lookups (as of each record's time) see each row's first version, as the stream did
     events = pipeline.processors["filterer"].inputs[0]
     produce_events(bootstrap, events, RECORDS, GeneratorConfig(seed=11, rate=RATE))
     done = run_stylus("run", str(path), "--exit-when-idle", "1", bootstrap=bootstrap, timeout=240)
@@ -90,6 +94,8 @@ def test_each_trending_processor_backfills_to_what_the_stream_did(
         assert sum(live.values()) > 0, name
         assert backfilled == live, (name, sum(backfilled.values()), sum(live.values()), done.stderr[-2000:],
                                     list((backfilled - live).items())[:2], list((live - backfilled).items())[:2])
+        if name == "joiner":  # the lookups found the rows, in the stream and (equal above) in the backfill
+            assert all(orjson.loads(value)["country"] is not None for _, value, _ in live), name
         if not spec.stateful:
             continue
         for p in range(pipeline.topics[source].partitions):

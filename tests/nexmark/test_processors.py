@@ -1,5 +1,7 @@
-"""The hand-written Nexmark processors (processors/nexmark.py) on `stylus.testing.TestDriver` with the pipeline of
-pipelines/nexmark/python.yaml: their rows equal the plain-Python reference over generated bids."""
+"""Every implementation of the Nexmark queries on `stylus.testing.TestDriver`: the hand-written processors
+(processors/nexmark.py, pipelines/nexmark/python.yaml) and the SQL apps (pipelines/nexmark/q*.sql,
+pipelines/nexmark/sql.yaml). Each test runs for both: their rows equal the plain-Python reference over generated
+bids, windows close with the watermark, ties across partitions give one row each, a crash loses no window."""
 
 from __future__ import annotations
 
@@ -13,16 +15,28 @@ from stylus.nexmark import bids as bids_of
 from stylus.testing import TestDriver
 
 ROOT = Path(__file__).resolve().parents[2]
-PIPELINE = ROOT / "pipelines" / "nexmark" / "python.yaml"
+NEXMARK = ROOT / "pipelines" / "nexmark"
 
-# query -> (its processors, upstream first; its output topic)
-QUERIES: dict[str, tuple[list[str], str]] = {
-    "q0": (["q0"], "nexmark-q0-py"),
-    "q1": (["q1"], "nexmark-q1-py"),
-    "q2": (["q2"], "nexmark-q2-py"),
-    "q5": (["q5-counts", "q5"], "nexmark-q5-py"),
-    "q7": (["q7-partial", "q7"], "nexmark-q7-py"),
+# implementation -> (its pipeline; query -> (its processors, upstream first, or a SQL app's YAML name; its output))
+IMPLEMENTATIONS: dict[str, tuple[Path, dict[str, tuple[list[str], str]]]] = {
+    "python": (NEXMARK / "python.yaml", {
+        "q0": (["q0"], "nexmark-q0-py"),
+        "q1": (["q1"], "nexmark-q1-py"),
+        "q2": (["q2"], "nexmark-q2-py"),
+        "q5": (["q5-counts", "q5"], "nexmark-q5-py"),
+        "q7": (["q7-partial", "q7"], "nexmark-q7-py"),
+    }),
+    "sql": (NEXMARK / "sql.yaml", {query: ([query], f"nexmark_{query}") for query in ("q0", "q1", "q2", "q5", "q7")}),
 }
+IMPLS = sorted(IMPLEMENTATIONS)
+QUERIES = sorted(IMPLEMENTATIONS["python"][1])
+
+
+def driver_for(impl: str, query: str, **options: Any) -> tuple[TestDriver, str]:
+    """A driver running `impl`'s processors of `query` (a SQL app: all of its stages), and the query's output."""
+    pipeline, queries = IMPLEMENTATIONS[impl]
+    processors, output = queries[query]
+    return TestDriver(pipeline, processors=processors, **options), output
 
 
 @pytest.fixture(scope="module")
@@ -41,16 +55,18 @@ def send_bids(driver: TestDriver, events: list[Event]) -> int:
 
 
 @pytest.mark.parametrize("watermarks", ["manual", "auto"])
-@pytest.mark.parametrize("query", sorted(QUERIES))
-def test_rows_equal_the_reference(query: str, watermarks: Literal["manual", "auto"], events: list[Event]) -> None:
-    processors, output = QUERIES[query]
-    with TestDriver(PIPELINE, processors=processors, watermarks=watermarks) as driver:
+@pytest.mark.parametrize("query", QUERIES)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_rows_equal_the_reference(impl: str, query: str, watermarks: Literal["manual", "auto"],
+                                  events: list[Event]) -> None:
+    driver, output = driver_for(impl, query, watermarks=watermarks)
+    with driver:
         end = send_bids(driver, events)
         driver.advance_watermark(end)
         rows = [r.value for r in driver.outputs(output)]
-        assert all(driver.late(p) == {"dropped": 0, "redirected": 0, "updated": 0} for p in processors)
-        for p in processors:
-            assert driver.outputs(f"nexmark-python.{p}.dlq") == []
+        assert all(driver.late(p) == {"dropped": 0, "redirected": 0, "updated": 0} for p in driver.stages)
+        for p in driver.stages:
+            assert driver.outputs(f"{driver.pipeline.pipeline}.{p}.dlq") == []
     expected = reference.run(query, bids_of(events), watermark=end)
     assert len(expected) >= (9 if query in reference.WINDOWED else 50)
     assert reference.diff(query, rows, expected) == ""
@@ -60,9 +76,10 @@ def test_rows_equal_the_reference(query: str, watermarks: Literal["manual", "aut
 
 
 @pytest.mark.parametrize("query", ["q5", "q7"])
-def test_windows_close_only_when_the_watermark_passes_their_end(query: str, events: list[Event]) -> None:
-    processors, output = QUERIES[query]
-    with TestDriver(PIPELINE, processors=processors) as driver:
+@pytest.mark.parametrize("impl", IMPLS)
+def test_windows_close_only_when_the_watermark_passes_their_end(impl: str, query: str, events: list[Event]) -> None:
+    driver, output = driver_for(impl, query)
+    with driver:
         end = send_bids(driver, events)
         assert driver.outputs(output) == []  # manual watermarks: nothing has closed
         first_end = reference.run(query, bids_of(events))[0]["window_end"]
@@ -81,14 +98,15 @@ def _bid(auction: int, price: int, t: int, bidder: int = 1001) -> dict[str, Any]
 
 
 @pytest.mark.parametrize("query", ["q5", "q7"])
-def test_ties_across_partitions_give_one_row_each(query: str) -> None:
+@pytest.mark.parametrize("impl", IMPLS)
+def test_ties_across_partitions_give_one_row_each(impl: str, query: str) -> None:
     """Auctions 1000 and 1001 bid on 3 times each in partitions 0 and 1, auction 1002 once in partition 2; the
     highest price, 500, bid twice in different partitions."""
     bids = [(0, _bid(1000, 500, 1_000)), (1, _bid(1001, 500, 2_000)), (0, _bid(1000, 20, 3_000)),
             (1, _bid(1001, 30, 4_000)), (2, _bid(1002, 40, 4_500)), (0, _bid(1000, 20, 5_000)),
             (1, _bid(1001, 30, 6_000))]
-    processors, output = QUERIES[query]
-    with TestDriver(PIPELINE, processors=processors) as driver:
+    driver, output = driver_for(impl, query)
+    with driver:
         for partition, bid in bids:
             driver.send("nexmark-bid", bid, key=str(bid["auction"]), timestamp=bid["dateTime"], partition=partition)
         driver.advance_watermark(20_000)
@@ -96,19 +114,20 @@ def test_ties_across_partitions_give_one_row_each(query: str) -> None:
     expected = reference.run(query, [b for _, b in bids], watermark=20_000)
     assert reference.diff(query, rows, expected) == ""
     if query == "q7":
-        assert [(r["auction"], r["price"]) for r in rows] == [(1000, 500), (1001, 500)]
+        assert sorted((r["auction"], r["price"]) for r in rows) == [(1000, 500), (1001, 500)]
     else:  # windows [-5 s, 5 s): 2 each (and 1002 once); [0 s, 10 s): 3 each; [5 s, 15 s): 1 each
-        assert [(r["window_start"], r["auction"], r["num"]) for r in rows] == [
+        assert sorted((r["window_start"], r["auction"], r["num"]) for r in rows) == [
             (-5_000, 1000, 2), (-5_000, 1001, 2), (0, 1000, 3), (0, 1001, 3), (5_000, 1000, 1), (5_000, 1001, 1)]
 
 
 @pytest.mark.parametrize("query", ["q5", "q7"])
-def test_a_crash_after_a_checkpoint_loses_no_window(query: str, events: list[Event]) -> None:
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_crash_after_a_checkpoint_loses_no_window(impl: str, query: str, events: list[Event]) -> None:
     """Exactly-once state, at-least-once output: a crash replays the records after the checkpoint; a window
     may come out twice, none is missing or wrong."""
-    processors, output = QUERIES[query]
     half = len(events) // 2
-    with TestDriver(PIPELINE, processors=processors, watermarks="auto") as driver:
+    driver, output = driver_for(impl, query, watermarks="auto")
+    with driver:
         send_bids(driver, events[:half])
         driver.checkpoint()
         send_bids(driver, events[half:half + 3_000])

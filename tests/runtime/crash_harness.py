@@ -15,8 +15,10 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 import yaml
@@ -80,7 +82,8 @@ class CrashRun:
 
 
 def _pipeline_doc(name: str, topic_in: str, topic_out: str, state: str | None, output: str, state_dir: Path,
-                  interval: str, window_ms: int = WINDOW_MS, output_ids: str | None = None) -> dict[str, object]:
+                  interval: str, window_ms: int = WINDOW_MS, output_ids: str | None = None,
+                  processor: Mapping[str, Any] | None = None) -> dict[str, object]:
     semantics: dict[str, str] = {"output": output}
     if state:
         semantics["state"] = state
@@ -99,6 +102,7 @@ def _pipeline_doc(name: str, topic_in: str, topic_out: str, state: str | None, o
                 "semantics": semantics,
                 "checkpoint": {"interval": interval},
                 "state": {"dir": str(state_dir)},
+                **(processor or {}),
             }
         },
     }
@@ -159,11 +163,13 @@ def run_crash_harness(
     window_ms: int = WINDOW_MS,
     output_ids: str | None = None,
     settle: float = 0.0,
+    processor: Mapping[str, Any] | None = None,
 ) -> CrashRun:
     """With `fault` (e.g. "offsets:3"), the single crash is the injected one instead of random kills;
     `settle` seconds of pause at that point first (the client threads go on: a transaction's records then
     surely reach the broker before the kill). `output_ids`: exactly-once output's `semantics.output_ids`
-    (default: auto)."""
+    (default: auto). `processor`: keys laid over the Counter Node's processor entry (another class with the
+    same outputs, `concurrency`, ...)."""
     rng = random.Random(seed)
     suffix = uuid.uuid4().hex[:6]
     topic_in, topic_out = f"crash-in-{suffix}", f"crash-out-{suffix}"
@@ -171,7 +177,7 @@ def run_crash_harness(
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "pipeline.yaml"
     path.write_text(yaml.safe_dump(_pipeline_doc(name, topic_in, topic_out, state, output, workdir / "state",
-                                                 interval, window_ms, output_ids)))
+                                                 interval, window_ms, output_ids, processor)))
     log = workdir / "worker.log"
     env = stylus_env(bootstrap)
     run = CrashRun(state, output)

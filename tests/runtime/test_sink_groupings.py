@@ -42,9 +42,14 @@ def test_kafka_sink_keeps_the_partition_at_once_held_and_on_retry(bootstrap: str
     assert _where(bootstrap, topic) == [(0, b'"held"'), (1, b'"retried"'), (2, b'"now"')]
 
 
+class _Task:
+    next_offset = 7  # the timer's input partition had processed every record before offset 7
+
+
 class _Ctx:
     record: Any = None
     _timer = (1000, "k")  # as while `on_timer` runs
+    _task = _Task()
 
 
 def test_transactional_sink_keeps_the_partition_and_stamps_each_copy(bootstrap: str,
@@ -62,3 +67,4 @@ def test_transactional_sink_keeps_the_partition_and_stamps_each_copy(bootstrap: 
         time.sleep(0.2)  # the commit markers reach the partitions just after commit_transaction returns
     assert sorted(m.partition() for m in got) == [0, 1, 2]
     assert sorted(dict(m.headers())["stylus.id"] for m in got) == [b"x-T1000:k:0", b"x-T1000:k:1", b"x-T1000:k:2"]
+    assert {dict(m.headers())["stylus.at"] for m in got} == {b"7"}  # where the timer fired, on each copy

@@ -1,0 +1,169 @@
+"""`stylus serve` under `wrk`: requests/s and latency against one instance, and through forwarding.
+
+A partitioned table of `--keys` keys (4 partitions). Scenario `local`: one instance, which holds every
+partition, asked for random keys. Scenario `forwarded`: a second instance joins; the first is asked only for
+keys the second owns, so every request is forwarded. Each scenario runs `wrk` twice: paced to about `--rate`
+requests/s (each connection waits connections/rate between its requests: wrk has no fixed-rate mode and wrk2
+is not packaged), then unpaced (the most it does).
+
+    .venv/bin/python -m bench.serve_wrk --keys 100000 --duration 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+from stylus.config.model import TopicSpec
+from stylus.kafka.admin import create_topics
+from stylus.kafka.broker import EmbeddedBroker
+from tests.support.net import closed_port
+from tests.tables.helpers import produce_rows
+
+ROOT = Path(__file__).resolve().parent.parent
+LUA = """
+local paths = {}
+for line in io.lines("%s") do paths[#paths + 1] = line end
+local delay_ms = %s
+request = function()
+  return wrk.format("GET", paths[math.random(#paths)])
+end
+if delay_ms > 0 then
+  delay = function() return delay_ms end
+end
+"""
+
+
+def _serve(path: Path, bootstrap: str, port: int, directory: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, STYLUS_BOOTSTRAP_SERVERS=bootstrap, PYTHONPATH=str(ROOT))
+    with open(log, "ab") as out:
+        return subprocess.Popen([sys.executable, "-m", "stylus", "serve", str(path), "--port", str(port),
+                                 "--dir", str(directory)], env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _wait(check: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.2)
+
+
+def _wrk(url: str, paths: list[str], work: Path, *, connections: int, duration: int, rate: int | None) -> str:
+    listing = work / f"paths-{uuid.uuid4().hex[:6]}.txt"
+    listing.write_text("\n".join(paths) + "\n")
+    # each connection waits `delay` ms after an answer: its rate is 1 / (delay + latency); one ms less than the
+    # nominal pause makes up for the latency (wrk's delays are whole milliseconds)
+    delay = 0 if rate is None else max(1, int(connections * 1000 / rate) - 1)
+    script = work / f"{listing.stem}.lua"
+    script.write_text(LUA % (listing, delay))
+    result = subprocess.run(["wrk", "-t", "1", "-c", str(connections), "-d", f"{duration}s", "--latency", "-s",
+                             str(script), url], capture_output=True, text=True, check=True)
+    return result.stdout
+
+
+def _figures(output: str) -> str:
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", output)
+    pcts = dict(re.findall(r"^\s+(50|75|90|99)%\s+(\S+)", output, re.M))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
+    return (f"{float(rps.group(1)) if rps else 0:,.0f} req/s, p50 {pcts.get('50')}, p90 {pcts.get('90')}, "
+            f"p99 {pcts.get('99')}, non-2xx {errors.group(1) if errors else 0}")
+
+
+def run(bootstrap: str, keys: int, duration: int, rate: int, connections: int, paced_connections: int) -> None:
+    work = Path(tempfile.mkdtemp(prefix="stylus-bench-serve-"))
+    name = f"bench-serve-{uuid.uuid4().hex[:6]}"
+    doc = {"pipeline": name, "kafka": {"consumer": {"session.timeout.ms": 3000, "heartbeat.interval.ms": 500}},
+           "topics": {"in": {"partitions": 4}, f"{name}-dims": {"partitions": 4}},
+           "tables": {"dims": {"topic": f"{name}-dims", "placement": "partitioned"}},
+           "processors": {"p": {"class": "tests.tables.apps:Enricher", "inputs": ["in"]}}}
+    path = work / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    table = {f"k{n}": {"name": f"row-{n}", "n": n} for n in range(keys)}
+    create_topics(bootstrap, {f"{name}-dims": TopicSpec(partitions=4)})
+    produce_rows(bootstrap, f"{name}-dims", table)
+    ports = [closed_port(), closed_port()]
+    procs = [_serve(path, bootstrap, ports[0], work / "a", work / "a.log")]
+    session = requests.Session()
+    a = f"http://127.0.0.1:{ports[0]}"
+    try:
+        _wait(lambda: "serve: holding dims" in (work / "a.log").read_text(), 120, "instance A")
+        sample = random.Random(1).sample(sorted(table), min(keys, 20_000))
+        for key in sample[:200]:
+            answer = session.get(f"{a}/tables/dims/{key}")
+            assert answer.status_code == 200 and answer.json() == table[key], (key, answer.status_code, answer.text)
+        paths = [f"/tables/dims/{k}" for k in sample]
+        print(f"{keys:,} keys, {paced_connections} connections paced, {connections} unpaced, {duration}s per run; "
+              f"load {os.getloadavg()[0]:.1f}")
+        print("local, paced   :", _figures(_wrk(a, paths, work, connections=paced_connections,
+                                                   duration=duration, rate=rate)))
+        print("local, unpaced :", _figures(_wrk(a, paths, work, connections=connections, duration=duration,
+                                                   rate=None)))
+        procs.append(_serve(path, bootstrap, ports[1], work / "b", work / "b.log"))
+        b_address = f"127.0.0.1:{ports[1]}"
+        _wait(lambda: "serve: holding dims" in (work / "b.log").read_text(), 120, "instance B")
+
+        def forwarded_keys() -> list[str]:
+            found = []
+            for key in sample[:4000]:
+                answer = session.get(f"{a}/tables/dims/{key}")
+                if answer.status_code != 200:
+                    return []
+                if answer.headers.get("X-Stylus-Served-By") == b_address:
+                    found.append(key)
+            return found
+
+        remote: list[str] = []
+
+        def settled() -> bool:
+            remote[:] = forwarded_keys()
+            return bool(remote)
+
+        _wait(settled, 60, "both instances serving")
+        paths = [f"/tables/dims/{k}" for k in remote]
+        print(f"forwarded ({len(remote):,} keys owned by B, asked of A)")
+        print("forwarded, paced   :", _figures(_wrk(a, paths, work, connections=paced_connections,
+                                                       duration=duration, rate=rate)))
+        print("forwarded, unpaced :", _figures(_wrk(a, paths, work, connections=connections, duration=duration,
+                                                       rate=None)))
+        print(f"load {os.getloadavg()[0]:.1f}")
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(30)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keys", type=int, default=100_000)
+    parser.add_argument("--duration", type=int, default=10)
+    parser.add_argument("--rate", type=int, default=5000, help="requests/s the paced runs aim at")
+    parser.add_argument("--connections", type=int, default=10, help="connections of the unpaced runs")
+    parser.add_argument("--paced-connections", type=int, default=50, help="connections of the paced runs")
+    parser.add_argument("--bootstrap", default=None)
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is not installed (Debian: apt-get install wrk)")
+    if args.bootstrap:
+        run(args.bootstrap, args.keys, args.duration, args.rate, args.connections, args.paced_connections)
+        return
+    with EmbeddedBroker() as broker:
+        run(broker.bootstrap, args.keys, args.duration, args.rate, args.connections, args.paced_connections)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,331 @@
+"""The batch engine without a broker: the batch a processor gets, what `emit_batch` and `forward` write, bisection
+of a failing batch with its state writes and timers undone, records that do not decode, control records, late
+rows, bulk state, and the per-record engine's behaviour kept where the batch engine shares it."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from stylus import BatchProcessor
+from stylus.config import parse_pipeline
+from stylus.config.model import Pipeline
+from stylus.core import CollectingSink, Engine, PartitionTask, RawMessage
+from stylus.core.batch.engine import BatchEngine
+from stylus.core.engines import engine_for
+from stylus.eventtime.clock import clock_of
+from stylus.eventtime.control import HEADERS as CONTROL_HEADERS
+from stylus.eventtime.sketch import LatenessSketch
+from stylus.state.kv import MemoryKV, RocksKV
+from stylus.state.store import PartitionStore, StateMap
+from stylus.testing import TestDriver
+from tests.apps.batch import Poison, RunningTotalsPerRecord
+from tests.core.test_engine_failures import Recorder
+
+DOC = """
+pipeline: b
+topics: {{in: {{partitions: 1}}, out: {{partitions: 1, serde: {serde}}}}}
+processors:
+  p:
+    class: {cls}
+    inputs: [in]
+    outputs: [out]
+    semantics: {{state: exactly_once, output: at_least_once}}
+{extra}
+"""
+
+
+class Seen(BatchProcessor):
+    """Keeps every batch it is handed; emits each batch whole (`emit_batch`) or forwards it."""
+
+    forward = False
+
+    def __init__(self, config: Any = None, name: str = "") -> None:
+        super().__init__(config, name)
+        self.batches: list[pa.RecordBatch] = []
+
+    def process_batch(self, batch: Any, ctx: Any) -> None:
+        self.batches.append(batch)
+        if self.forward:
+            ctx.forward(batch)
+        else:
+            ctx.emit_batch(batch, key="key")
+
+
+class TimerThenFail(BatchProcessor):
+    """Sets a timer per row and writes state, then fails a batch holding a `fail` row."""
+
+    def process_batch(self, batch: Any, ctx: Any) -> None:
+        for offset in batch.column("offset").to_pylist():
+            ctx.set_timer(f"t{offset}", 5_000)
+        ctx.state.set_many({f"o{o}": 1 for o in batch.column("offset").to_pylist()})
+        if "fail" in batch.column_names and pc.any(pc.fill_null(batch.column("fail"), False)).as_py():
+            raise ValueError("fail")
+
+
+def setup(processor: BatchProcessor, *, serde: str = "json", extra: str = "", failures: Any = None,
+          ) -> tuple[Pipeline, BatchEngine, CollectingSink, PartitionTask]:
+    pipeline = parse_pipeline(DOC.format(cls="tests.apps.batch:Keep", serde=serde, extra=extra))
+    sink = CollectingSink(["out"])
+    engine = engine_for(processor, "p", pipeline.processors["p"], pipeline, sink, failures or Recorder())
+    assert isinstance(engine, BatchEngine)
+    engine.start()
+    return pipeline, engine, sink, PartitionTask("in", 0, PartitionStore(MemoryKV()))
+
+
+def messages(values: list[Any], *, raw: bool = False, start: int = 0, key: str | None = "k") -> list[RawMessage]:
+    return [RawMessage("in", 0, start + i, None if key is None else key.encode(),
+                       v if raw else orjson.dumps(v), 1000 + i) for i, v in enumerate(values)]
+
+
+def test_the_batch_holds_metadata_and_one_column_per_field() -> None:
+    processor = Seen()
+    _, engine, sink, task = setup(processor)
+    values = [{"a": 1, "b": "x"}, {"a": 2, "c": [1, 2]}, None, {"key": "field named key", "a": 3, "b": "é"}]
+    engine.process_messages(messages(values), lambda t, p: task)
+    (batch,) = processor.batches
+    assert batch.column_names == ["key", "timestamp", "offset", "headers", "a", "b", "c", "value.key"]
+    assert batch.column("offset").to_pylist() == [0, 1, 2, 3]
+    assert batch.column("timestamp").to_pylist() == [1000, 1001, 1002, 1003]
+    assert batch.column("a").to_pylist() == [1, 2, None, 3]
+    assert batch.column("c").to_pylist() == [None, [1, 2], None, None]
+    # emit_batch of the batch itself: the values again (metadata left out, `value.key` named `key`)
+    assert [o.value for o in sink.outputs] == [
+        {"a": 1, "b": "x", "c": None, "key": None}, {"a": 2, "b": None, "c": [1, 2], "key": None},
+        {"a": None, "b": None, "c": None, "key": None}, {"a": 3, "b": "é", "c": None, "key": "field named key"}]
+    assert [(o.key, o.timestamp) for o in sink.outputs] == [("k", 1000), ("k", 1001), ("k", 1002), ("k", 1003)]
+
+
+def test_values_that_are_not_objects_are_one_value_column_and_mixed_kinds_are_json_text() -> None:
+    processor = Seen()
+    _, engine, _, task = setup(processor)
+    engine.process_messages(messages([1, "two", [3]]), lambda t, p: task)
+    engine.process_messages(messages([{"v": 1}, {"v": "one"}, {"v": None}], start=3), lambda t, p: task)
+    assert processor.batches[0].column("value").to_pylist() == ["1", '"two"', "[3]"]
+    assert processor.batches[1].column("v").to_pylist() == ["1", '"one"', None]
+
+
+def test_fields_narrow_the_decoded_columns() -> None:
+    processor = Seen()
+    processor.fields = ("b", "missing")
+    _, engine, _, task = setup(processor)
+    engine.process_messages(messages([{"a": 1, "b": 2}]), lambda t, p: task)
+    assert processor.batches[0].column_names[4:] == ["b", "missing"]
+
+
+def test_emit_batch_encodes_as_orjson_does() -> None:
+    rows = {"i": [1, -2**62], "f": [0.1, 1e20], "s": ["a\"\\\n", "ü\u2028"], "b": [True, None],
+            "l": [[1, 2], None], "st": [{"x": 1}, {"x": None}]}
+
+    class Emit(BatchProcessor):
+        def process_batch(self, batch: Any, ctx: Any) -> None:
+            ctx.emit_batch(pa.table(rows), key=pa.array([7, None]), timestamp=42)
+
+    _, engine, sink, task = setup(Emit())
+    engine.process_messages(messages([{}]), lambda t, p: task)
+    expected = [dict(zip(rows, r, strict=True)) for r in zip(*rows.values(), strict=True)]
+    assert [orjson.dumps(o.value) for o in sink.outputs] == [orjson.dumps(e) for e in expected]
+    assert [(o.key, o.timestamp) for o in sink.outputs] == [("7", 42), (None, 42)]
+
+
+def test_a_string_topic_takes_one_value_column() -> None:
+    class Emit(BatchProcessor):
+        def process_batch(self, batch: Any, ctx: Any) -> None:
+            ctx.emit_batch(batch.select(["key", "timestamp", "word"]))
+
+    _, engine, sink, task = setup(Emit(), serde="string")
+    engine.process_messages(messages([{"word": "a"}, {"word": "b"}]), lambda t, p: task)
+    assert [o.value for o in sink.outputs] == ["a", "b"]
+
+
+def test_forward_emits_the_records_as_read_across_offset_gaps() -> None:
+    processor = Seen()
+    processor.forward = True
+    _, engine, sink, task = setup(processor)
+    msgs = messages([b'{"a" : 1}', b'{"a":2}', b'{"a":3}'], raw=True)
+    msgs[2] = RawMessage("in", 0, 10, b"k", b'{"a":3}', 1002)  # a gap (a transaction's marker, compaction)
+    engine.process_messages(msgs, lambda t, p: task)
+    assert [o.value for o in sink.outputs] == [{"a": 1}, {"a": 2}, {"a": 3}]
+    assert task.next_offset == 11
+
+
+@pytest.mark.parametrize("size", [1, 2, 63, 64, 500])
+def test_bisection_dead_letters_the_failing_records_and_processes_the_rest_once(size: int) -> None:
+    failures = Recorder()
+    Poison.calls = 0
+    _, engine, sink, task = setup(Poison(), failures=failures)
+    poison = {size // 3, size - 1}
+    values = [{"n": i, **({"fail": True} if i in poison else {})} for i in range(size)]
+    engine.process_messages(messages(values), lambda t, p: task)
+    assert sorted(m.offset() for m, _, _ in failures.calls) == sorted(poison)
+    assert all(stage == "process" for _, stage, _ in failures.calls)
+    assert sorted(o.value["n"] for o in sink.outputs) == sorted(set(range(size)) - poison)
+    assert set(task.state.changes()) == {f"sn{i}".encode() for i in set(range(size)) - poison}  # failed: undone
+    assert Poison.calls <= 1 + 2 * len(poison) * max(1, math.ceil(math.log2(size)))
+    assert task.next_offset == size
+
+
+def test_a_failed_batch_sets_no_timers() -> None:
+    _, engine, _, task = setup(TimerThenFail())
+    engine.process_messages(messages([{"n": 0}, {"n": 1, "fail": True}, {"n": 2}, {"n": 3}]), lambda t, p: task)
+    assert task.store is not None
+    assert sorted(key for _, key in task.store.timers.pop_due(10_000)) == ["t0", "t2", "t3"]
+    assert set(task.state.changes()) == {b"so0", b"so2", b"so3"}
+
+
+class WindowCount(BatchProcessor):
+    """Counts rows per second of `timestamp` in state, one timer per second; the timer emits the count with
+    `emit_batch`."""
+
+    def process_batch(self, batch: Any, ctx: Any) -> None:
+        seconds = pc.divide(batch.column("timestamp"), 1000).to_pylist()
+        counts: dict[str, int] = {}
+        for second in seconds:
+            counts[str(second)] = counts.get(str(second), 0) + 1
+        before = ctx.state.get_many(list(counts))
+        ctx.state.set_many({k: (b or 0) + n for (k, n), b in zip(counts.items(), before, strict=True)})
+        for second in counts:
+            ctx.set_timer(second, (int(second) + 1) * 1000)
+
+    def on_timer(self, key: str, timestamp: int, ctx: Any) -> None:
+        ctx.emit_batch(pa.table({"second": [int(key)], "count": [ctx.state[key]]}), key=pa.array([key]))
+        del ctx.state[key]
+
+
+def test_timers_fire_and_emit_batch_from_on_timer() -> None:
+    _, engine, sink, task = setup(WindowCount())
+    msgs = [RawMessage("in", 0, i, b"k", b"{}", 1000 + 300 * i) for i in range(8)]  # seconds 1, 1, 1, 1, 2, ... 3
+    engine.process_messages(msgs, lambda t, p: task)
+    assert engine.fire_timers([task], 3_000) == 2
+    assert [(o.key, o.value, o.timestamp) for o in sink.outputs] == [
+        ("1", {"second": 1, "count": 4}, 2000), ("2", {"second": 2, "count": 3}, 3000)]
+    assert dict(task.state.items()) == {"3": 1}
+
+
+def test_records_that_do_not_decode_are_dead_lettered_in_order() -> None:
+    failures = Recorder()
+    processor = Seen()
+    _, engine, _, task = setup(processor, failures=failures)
+    msgs = messages([b'{"n":0}', b'{"n":1}', b"not json", b'{"n":3}', None], raw=True)
+    engine.process_messages(msgs, lambda t, p: task)
+    assert [(m.offset(), stage) for m, stage, _ in failures.calls] == [(2, "decode")]
+    assert [b.column("offset").to_pylist() for b in processor.batches] == [[0, 1], [3, 4]]
+    assert processor.batches[1].column("n").to_pylist() == [3, None]  # a tombstone is a row of nulls
+
+
+def test_control_records_move_the_clock_and_never_reach_the_processor() -> None:
+    processor = Seen()
+    _, engine, _, task = setup(processor)
+    mark = orjson.dumps({"proc": "up", "inst": "0", "parts": ["x:0"], "wm": 77})
+    msgs = [*messages([{"n": 0}]), RawMessage("in", 0, 1, None, mark, 0, list(CONTROL_HEADERS)),
+            *messages([{"n": 2}], start=2)]
+    assert engine.process_messages(msgs, lambda t, p: task) == 2
+    assert processor.batches[0].column("offset").to_pylist() == [0, 2]
+    assert engine.control_records == 1 and clock_of(task).reports == {"up": {"x:0": 77}}
+
+
+def test_late_rows_are_handled_by_the_late_policy_and_left_out_of_the_batch() -> None:
+    processor = Seen()
+    _, engine, _, task = setup(processor, extra="    event_time: {field: ts}")
+    clock_of(task).floor = 5_000  # the partition's saved watermark (a fresh one would take it back to none)
+    values = [{"ts": 6_000}, {"ts": 1_000}, {"ts": 7_000}, {"ts": "1970-01-01T00:00:08Z"}]
+    assert engine.process_messages(messages(values), lambda t, p: task) == 4
+    assert processor.batches[0].column("offset").to_pylist() == [0, 2, 3]
+    assert engine.late.counters.dropped == 1
+    assert task.max_event_time == 8_000
+
+
+def test_event_time_and_its_lateness_sketch_are_the_per_record_engines() -> None:
+    """Disordered event times with `confidence` < 1 (a lateness sketch): after the same records, the batch engine's
+    partition has the per-record engine's largest event time and sketch counts."""
+    rng = random.Random(8)
+    values = [{"ts": 10_000 + 10 * i - rng.choice([0, 0, 0, 5, 300, 4_000])} for i in range(3_000)]
+    extra = "    event_time: {field: ts, confidence: 0.9}"
+    _, batch_engine, _, batch_task = setup(Seen(), extra=extra)
+    pipeline = parse_pipeline(DOC.format(cls="tests.apps.batch:KeepPerRecord", serde="json", extra=extra))
+    engine = Engine(RunningTotalsPerRecord(), "p", pipeline.processors["p"], pipeline, CollectingSink(["out"]),
+                    Recorder())
+    task = PartitionTask("in", 0, PartitionStore(MemoryKV()))
+    for start in range(0, 3_000, 700):
+        msgs = messages(values[start:start + 700], start=start)
+        engine.process_messages(msgs, lambda t, p: task)
+        batch_engine.process_messages(msgs, lambda t, p: batch_task)
+    assert batch_task.max_event_time == task.max_event_time
+    assert clock_of(batch_task).sketch.counts == clock_of(task).sketch.counts  # type: ignore[union-attr]
+    assert clock_of(task).sketch.total == 3_000  # type: ignore[union-attr]
+
+
+def test_the_lateness_sketch_counts_a_batch_as_records_one_by_one() -> None:
+    rng = random.Random(5)
+    lateness = [rng.choice([0, 0, 3, 40, 10**6]) for _ in range(2_500)]
+    one, many = LatenessSketch(max_total=1_000), LatenessSketch(max_total=1_000)
+    for value in lateness:
+        one.add(value)
+    many.add_many(lateness[:1_234])
+    many.add_many(lateness[1_234:])
+    assert (many.counts, many.total) == (one.counts, one.total)
+
+
+def test_bulk_state_reads_and_writes(tmp_path: Path) -> None:
+    kv = RocksKV(tmp_path / "db")
+    kv.write({b"sa": b"1", b"sb": b"[2]"})
+    state = StateMap(kv)
+    state["c"] = 3
+    del state["b"]
+    assert state.get_many(["a", "b", "c", "d", "a"], default=0) == [1, 0, 3, 0, 1]
+    undo = state.journal()
+    undo.clear()
+    state.set_many({"a": 10, "e": 5})
+    assert state.get_many(["a", "e"]) == [10, 5]
+    state.rollback()  # set_many is journaled like single writes
+    assert state.get_many(["a", "e"]) == [1, None]
+    with pytest.raises(TypeError):
+        state.set_many({1: 2})  # type: ignore[dict-item]
+    kv.close()
+
+
+def test_engine_for_picks_the_engine_and_refuses_what_batches_cannot_do() -> None:
+    pipeline = parse_pipeline(DOC.format(cls="tests.apps.batch:Keep", serde="json", extra=""))
+    spec = pipeline.processors["p"]
+    assert type(engine_for(RunningTotalsPerRecord(), "p", spec, pipeline, CollectingSink(["out"]), Recorder())) \
+        is Engine
+    stop = spec.model_copy(update={"on_error": "stop", "dedup": parse_pipeline(DOC.format(
+        cls="x:Y", serde="json", extra="    dedup: {window: 1m}")).processors["p"].dedup})
+    with pytest.raises(ValueError, match="dedup"):
+        engine_for(Seen(), "p", stop, pipeline, CollectingSink(["out"]), Recorder())
+    with pytest.raises(TypeError, match="BatchProcessor"):
+        Seen().process(None, None)  # type: ignore[arg-type]
+
+
+def test_batch_windows_equal_per_record_windows_in_the_driver() -> None:
+    """Same input, same watermarks: the batch windows and `WindowedProcessor` emit the same results (hopping
+    windows, a mean), and keep the same state."""
+    config = {"window": {"type": "hopping", "size": "10s", "slide": "5s"},
+              "aggregate": {"type": "mean", "field": "v"}, "key": "g"}
+    doc = {"pipeline": "w", "topics": {"in": {"partitions": 2}, "out": {"partitions": 2}},
+           "processors": {name: {"class": cls, "inputs": ["in"], "outputs": ["out"], "config": config,
+                                 "semantics": {"state": "exactly_once", "output": "at_least_once"},
+                                 "event_time": {"field": "ts"}}
+                          for name, cls in [("w", "stylus.windows.batch:BatchWindowedProcessor")]}}
+    rng = random.Random(9)
+    rows = [{"g": f"g{rng.randrange(4)}", "v": rng.randrange(10), "ts": 1_000 * i + rng.randrange(3_000)}
+            for i in range(200)]
+    results = []
+    for cls in ("stylus.windows.batch:BatchWindowedProcessor", "stylus.windows:WindowedProcessor"):
+        doc["processors"]["w"]["class"] = cls  # type: ignore[index]
+        with TestDriver(parse_pipeline(orjson.dumps(doc).decode())) as driver:
+            for i, row in enumerate(rows):
+                driver.send("in", row, key=row["g"], timestamp=row["ts"])
+                if i % 50 == 49:
+                    driver.advance_watermark(row["ts"] - 5_000)
+            driver.advance_watermark(10**9)
+            results.append(([o.value for o in driver.outputs("out")], [driver.state("w", p) for p in range(2)]))
+    assert results[0][0] and sorted(map(orjson.dumps, results[0][0])) == sorted(map(orjson.dumps, results[1][0]))
+    assert results[0][1] == results[1][1]

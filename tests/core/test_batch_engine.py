@@ -13,6 +13,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from confluent_kafka import Producer
 
 from stylus import BatchProcessor
 from stylus.config import parse_pipeline
@@ -23,6 +24,7 @@ from stylus.core.engines import engine_for
 from stylus.eventtime.clock import clock_of
 from stylus.eventtime.control import HEADERS as CONTROL_HEADERS
 from stylus.eventtime.sketch import LatenessSketch
+from stylus.runtime.sink import KafkaSink
 from stylus.state.kv import MemoryKV, RocksKV
 from stylus.state.store import PartitionStore, StateMap
 from stylus.testing import TestDriver
@@ -120,19 +122,25 @@ def test_fields_narrow_the_decoded_columns() -> None:
     assert processor.batches[0].column_names[4:] == ["b", "missing"]
 
 
-def test_emit_batch_encodes_as_orjson_does() -> None:
-    rows = {"i": [1, -2**62], "f": [0.1, 1e20], "s": ["a\"\\\n", "ü\u2028"], "b": [True, None],
-            "l": [[1, 2], None], "st": [{"x": 1}, {"x": None}]}
+@pytest.mark.parametrize("copies", [1, 300])  # a small table goes through orjson, a big one through Polars
+def test_emit_batch_encodes_as_orjson_does(copies: int) -> None:
+    rows = {"i": [1, -2**62, 0], "f": [0.1, 1e20, -0.0], "s": ["a\"\\\n", "ü\u2028\x01", ""],
+            "b": [True, None, False], "l": [[1, 2], None, []], "st": [{"x": 1}, {"x": None}, None]}
+    rows = {name: column * copies for name, column in rows.items()}
+    keys = [7, None, 8] * copies
 
     class Emit(BatchProcessor):
         def process_batch(self, batch: Any, ctx: Any) -> None:
-            ctx.emit_batch(pa.table(rows), key=pa.array([7, None]), timestamp=42)
+            ctx.emit_batch(pa.table(rows), key=pa.array(keys), timestamp=42)
 
-    _, engine, sink, task = setup(Emit())
-    engine.process_messages(messages([{}]), lambda t, p: task)
+    pipeline = parse_pipeline(DOC.format(cls="tests.apps.batch:Keep", serde="json", extra=""))
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "linger.ms": 60_000, "log_level": 0})
+    sink = KafkaSink(producer, pipeline, ("out",), hold=True)  # held: the encoded bytes can be read
+    engine = engine_for(Emit(), "p", pipeline.processors["p"], pipeline, sink, Recorder())
+    engine.process_messages(messages([{}]), lambda t, p: PartitionTask("in", 0, None))
     expected = [dict(zip(rows, r, strict=True)) for r in zip(*rows.values(), strict=True)]
-    assert [orjson.dumps(o.value) for o in sink.outputs] == [orjson.dumps(e) for e in expected]
-    assert [(o.key, o.timestamp) for o in sink.outputs] == [("7", 42), (None, 42)]
+    assert [item[1] for item in sink.held] == [orjson.dumps(e) for e in expected]  # byte for byte
+    assert [(item[2], item[6]) for item in sink.held] == [(None if k is None else str(k).encode(), 42) for k in keys]
 
 
 def test_a_string_topic_takes_one_value_column() -> None:
@@ -170,6 +178,25 @@ def test_bisection_dead_letters_the_failing_records_and_processes_the_rest_once(
     assert set(task.state.changes()) == {f"sn{i}".encode() for i in set(range(size)) - poison}  # failed: undone
     assert Poison.calls <= 1 + 2 * len(poison) * max(1, math.ceil(math.log2(size)))
     assert task.next_offset == size
+
+
+class Pad(BatchProcessor):
+    def process_batch(self, batch: Any, ctx: Any) -> None:
+        ctx.emit_batch(pa.table({"pad": ["x" * n for n in batch.column("n").to_pylist()]}))
+
+
+def test_an_output_the_producer_would_refuse_fails_its_own_record() -> None:
+    """Checked inside the batch (message.max.bytes), so bisection finds the record whose output is too big;
+    the others are produced once."""
+    pipeline = parse_pipeline(DOC.format(cls="tests.apps.batch:Keep", serde="json", extra=""))
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "linger.ms": 60_000, "log_level": 0})
+    sink = KafkaSink(producer, pipeline, ("out",), hold=True, max_bytes=10_000)  # held: the outputs can be read
+    failures = Recorder()
+    engine = engine_for(Pad(), "p", pipeline.processors["p"], pipeline, sink, failures)
+    task = PartitionTask("in", 0, PartitionStore(MemoryKV()))
+    engine.process_messages(messages([{"n": 10}, {"n": 50_000}, {"n": 20}, {"n": 30}]), lambda t, p: task)
+    assert [m.offset() for m, _, _ in failures.calls] == [1]
+    assert [len(orjson.loads(item[1])["pad"]) for item in sink.held] == [10, 20, 30] and sink.emitted == 3
 
 
 def test_a_failed_batch_sets_no_timers() -> None:

@@ -1,18 +1,19 @@
 """`ctx` of a batch processor: the per-record `EngineContext` (whose fields the worker's transaction, the
 replay and `fire_timers` set) plus `emit_batch`, `forward`, the batch's event times and buffered timers.
 
-While `process_batch` runs, outputs wait in `_pending` in the engine's two formats (the positional arguments
-of `produce` where the sink offers its direct path, `(sink, topic, key, value, timestamp, headers)` elsewhere)
+While `process_batch` runs, outputs wait in `_pending` in the engine's formats (where the sink offers its direct
+path, `Rows` of a batch's emit, or the positional arguments of `produce`; `(sink, topic, key, value, timestamp,
+headers)` elsewhere)
 and timers in `_timers`: the engine releases both only when the (sub-)batch succeeded, so a batch that fails
 and is split leaves nothing behind.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import partial
 from itertools import repeat
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from stylus.core.batch.columns import Run
 from stylus.core.batch.encode import Table, check_sizes, encode_values, int_list, key_bytes, value_columns
@@ -21,6 +22,20 @@ from stylus.serde import decoder
 
 if TYPE_CHECKING:
     from stylus.core.batch.engine import BatchEngine
+
+
+class Rows(NamedTuple):
+    """Outputs of one `emit_batch` / `forward` waiting for their batch to succeed, as columns: the engine produces
+    them without a tuple per row (a held output gets one: `tuples`)."""
+
+    topic: str
+    values: list[Any]
+    keys: list[bytes | None]
+    stamps: list[int]
+
+    def tuples(self) -> Iterator[tuple[Any, ...]]:
+        """The rows as `produce`'s positional arguments (held output)."""
+        return zip(repeat(self.topic), self.values, self.keys, repeat(-1), repeat(None), repeat(None), self.stamps)
 
 
 class BatchContext(EngineContext):
@@ -52,13 +67,13 @@ class BatchContext(EngineContext):
         target = self._target(topic)
         if not table.num_rows:
             return
-        values = encode_values(table, value_columns(table), self._serdes[target])
-        keys = key_bytes(table, key)
+        values, value_bytes = encode_values(table, value_columns(table), self._serdes[target])
+        keys, key_bytes_ = key_bytes(table, key)
         stamps = int_list(table, timestamp, self._timestamp, meta="timestamp")
         origins = None  # the input offset each output's `stylus.id` names: only when outputs carry ids
         if self._stamp is not None:
             origins = int_list(table, None, self.record.offset if self.record is not None else -1, meta="offset")
-        self._put(target, values, keys, stamps, origins)
+        self._put(target, values, keys, stamps, origins, value_bytes + key_bytes_)
 
     def forward(self, rows: Table, topic: str | None = None) -> None:
         """The input records of `rows` (rows of the batch, found by their `offset` column) emitted unchanged:
@@ -81,17 +96,17 @@ class BatchContext(EngineContext):
         return target
 
     def _put(self, target: str, values: list[Any], keys: list[bytes | None], stamps: list[int],
-             origins: list[int] | None) -> None:
+             origins: list[int] | None, bound: int | None = None) -> None:
         """The rows as outputs to `target`, in the format the sink in use takes (see the module docstring)."""
         fixed = self._fixed
         parts = fixed.get(target) if fixed else None  # an `all` / `global` output's partitions
         pending = self._pending
         direct = self._direct
         if direct is not None and pending is not None:
-            check_sizes(values, keys, direct.max_bytes, target)
+            check_sizes(values, keys, direct.max_bytes, target, bound)
             stamp = self._stamp
-            if stamp is None and parts is None:  # the common case: C-level tuples, no Python frame per row
-                pending.extend(zip(repeat(target), values, keys, repeat(-1), repeat(None), repeat(None), stamps))
+            if stamp is None and parts is None:  # the common case: the columns as they are, produced row by row
+                pending.append(Rows(target, values, keys, stamps))  # on success (BatchEngine._release)
                 return
             name = self._stamp_name
             seen: dict[int, int] = {}

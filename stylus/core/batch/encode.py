@@ -1,9 +1,9 @@
 """A table's rows as output records, column-wise: value bytes, key bytes, timestamps.
 
-Values of a JSON topic are encoded by Polars (`write_ndjson`, one object per line), which writes byte for byte what
-orjson writes for the types a batch holds (ints, floats, strings, booleans, nulls, lists, structs; tested) at ~80
-ns per row instead of ~300 for a dict per row and `orjson.dumps`; a table Polars cannot take falls back to rows
-and orjson.
+Values of a JSON topic are encoded by Polars (`struct.json_encode`), which writes byte for byte what orjson
+writes for the types a batch holds (ints, floats, strings, booleans, nulls, lists, structs; tested) at ~100-150
+ns per row from 2,000 rows (~260 at 500) against ~300 for a dict per row and `orjson.dumps`, but ~90 us per call:
+small tables, and tables Polars cannot take, go row by row through orjson (docs/batch.md has the figures).
 """
 
 from __future__ import annotations
@@ -21,9 +21,12 @@ import polars as pl
 import pyarrow as pa
 
 from stylus.core.batch.columns import RENAMED, meta_columns
+from stylus.core.sink import FRAMING_BYTES
 from stylus.serde import encoder
 
 Table: TypeAlias = Any  # a pyarrow Table or RecordBatch (pyarrow has no type hints)
+#: from this many rows on, Polars encodes (~100-150 ns a row, ~90 us a call); fewer: orjson, a dict per row
+POLARS_ROWS = 512
 
 
 def value_columns(table: Table) -> list[str]:
@@ -32,44 +35,53 @@ def value_columns(table: Table) -> list[str]:
     return [name for name in table.column_names if name not in meta]
 
 
-def encode_values(table: Table, columns: list[str], serde: str) -> list[bytes | None]:
+def encode_values(table: Table, columns: list[str], serde: str) -> tuple[list[bytes | None], int]:
     """One value per row, as the output topic's serde encodes it: a JSON object of `columns` for json; the
-    one column's values for string and bytes topics."""
+    one column's values for string and bytes topics. Also their total size (a bound on any one of them)."""
     rows = table.num_rows
+    values: list[Any]
     if serde == "json":
         if not columns:
-            return [b"{}"] * rows
+            return [b"{}"] * rows, 2
         sub = table.select(columns)
         if any(name.startswith(RENAMED) for name in columns):
             sub = sub.rename_columns([name.removeprefix(RENAMED) for name in columns])
-        try:  # one JSON object per line: a newline inside a value is always escaped, so lines are rows
-            frame = pl.from_arrow(sub)
-            assert isinstance(frame, pl.DataFrame)
-            return frame.write_ndjson().encode().split(b"\n")[:rows]  # type: ignore[return-value]
-        except Exception:  # a type Polars does not take (maps, unions, ...): one dict per row
-            dumps = orjson.dumps
-            return [dumps(row, option=orjson.OPT_NON_STR_KEYS) for row in sub.to_pylist()]
-    if len(columns) != 1:
-        raise ValueError(f"a {serde} topic takes one value column, not {len(columns)} ({', '.join(columns)}); "
-                         "select it, or emit to a json topic")
-    encode = encoder(serde)
-    return [None if v is None else encode(v) for v in _pylist(table.column(columns[0]))]
+        values = []
+        if rows >= POLARS_ROWS:
+            try:
+                frame = pl.from_arrow(sub)
+                assert isinstance(frame, pl.DataFrame)
+                text = frame.select(pl.struct(pl.all()).struct.json_encode()).to_series().to_arrow()
+                return text.cast(pa.large_binary()).to_pylist(), text.nbytes
+            except Exception:  # a type Polars does not take (maps, unions, ...): one dict per row
+                pass
+        dumps = orjson.dumps
+        values = [dumps(row, option=orjson.OPT_NON_STR_KEYS) for row in sub.to_pylist()]
+    else:
+        if len(columns) != 1:
+            raise ValueError(f"a {serde} topic takes one value column, not {len(columns)} ({', '.join(columns)}); "
+                             "select it, or emit to a json topic")
+        encode = encoder(serde)
+        values = [None if v is None else encode(v) for v in _pylist(table.column(columns[0]))]
+    return values, sum(map(len, filter(None, values)))
 
 
-def key_bytes(table: Table, key: Any) -> list[bytes | None]:
+def key_bytes(table: Table, key: Any) -> tuple[list[bytes | None], int]:
     """Each row's record key as the producer takes it: `key` names a column (or is an array); None: no key.
-    Text as UTF-8, integers as their digits, anything else as `str()` makes it (as `ctx.emit` encodes keys)."""
+    Text as UTF-8, integers as their digits, anything else as `str()` makes it (as `ctx.emit` encodes keys).
+    Also a bound on their total size."""
     if key is None:
-        return [None] * table.num_rows
+        return [None] * table.num_rows, 0
     column = table.column(key) if isinstance(key, str) else key
     kind = column.type
     if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind):
         if pa.types.is_integer(kind):
             column = column.cast(pa.string())
-        return _pylist(column.cast(pa.large_binary()))
+        return _pylist(column.cast(pa.large_binary())), column.nbytes
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-        return _pylist(column)
-    return [None if v is None else str(v).encode("utf-8", "surrogateescape") for v in _pylist(column)]
+        return _pylist(column), column.nbytes
+    keys = [None if v is None else str(v).encode("utf-8", "surrogateescape") for v in _pylist(column)]
+    return keys, sum(map(len, filter(None, keys)))
 
 
 def int_list(table: Table, spec: Any, default: int, *, meta: str) -> list[int]:
@@ -88,11 +100,13 @@ def _pylist(column: Any) -> list[Any]:
     return column.to_pylist()
 
 
-def check_sizes(values: Sequence[bytes | None], keys: Sequence[bytes | None], limit: int, topic: str) -> None:
+def check_sizes(values: Sequence[bytes | None], keys: Sequence[bytes | None], limit: int, topic: str,
+                bound: int | None = None) -> None:
     """Refuse, inside the batch (so bisection finds the row), an output the producer would refuse
-    (`message.max.bytes`); as `stylus.core.sink.refuse_oversized` does for held output."""
-    from stylus.core.sink import FRAMING_BYTES
-
+    (`message.max.bytes`); as `stylus.core.sink.refuse_oversized` does for held output. `bound`: a size no row
+    exceeds (the batch's total), which settles the common case without looking at the rows."""
+    if bound is not None and bound + FRAMING_BYTES <= limit:
+        return
     try:  # C-level; a null (a forwarded tombstone) takes the slower way
         biggest = max(map(len, values), default=0) + max(map(len, keys), default=0)  # type: ignore[arg-type]
     except TypeError:

@@ -25,7 +25,7 @@ import pyarrow as pa
 from stylus.api import BatchProcessor, Record
 from stylus.config.model import Pipeline, ProcessorSpec
 from stylus.core.batch.columns import RENAMED, Run, decode_values, record_batch
-from stylus.core.batch.context import BatchContext
+from stylus.core.batch.context import BatchContext, Rows
 from stylus.core.engine import Engine, FailureHandler, StopProcessing, _event_time, _release
 from stylus.core.sink import Sink, refuse_oversized
 from stylus.core.task import NO_TIME, PartitionTask
@@ -193,7 +193,7 @@ class BatchEngine(Engine):
         undo = state.journal() if state is not None else None
         if undo:
             undo.clear()
-        pending: list[tuple[Any, ...]] = []
+        pending: list[Any] = []
         timers: list[tuple[str, int]] = []
         ctx._pending, ctx._timers, ctx.event_times = pending, timers, event_times
         last = where[-1]
@@ -203,7 +203,7 @@ class BatchEngine(Engine):
         try:
             self.batch_processor.process_batch(batch, ctx)
             if direct is not None and direct.hold is not None and pending:  # held output is checked now
-                refuse_oversized(pending, direct.max_bytes)
+                refuse_oversized([item for item in pending if type(item) is not Rows], direct.max_bytes)
         except StopProcessing:
             if state is not None:
                 state.rollback()
@@ -234,23 +234,38 @@ class BatchEngine(Engine):
         self.batches += 1
         return len(where)
 
-    def _release(self, pending: list[tuple[Any, ...]]) -> None:
+    def _release(self, pending: list[Any]) -> None:
         """A successful batch's outputs, in order: produced (or held) as the per-record engine does."""
         direct = self.ctx._direct
         if direct is None:
             _release(pending)
             return
-        if direct.hold is not None:
-            direct.hold.extend(pending)
-        else:
-            produce = direct.produce
-            for item in pending:
+        hold = direct.hold
+        produce, retry = direct.produce, direct.retry
+        count = 0
+        for item in pending:
+            if type(item) is not Rows:  # one `ctx.emit`: the positional arguments of `produce`
+                count += 1
+                if hold is not None:
+                    hold.append(item)
+                    continue
                 try:
                     produce(*item)
                 except BufferError:  # the producer's queue is full: wait for room
-                    direct.retry(item)
+                    retry(item)
+                continue
+            count += len(item.values)
+            if hold is not None:
+                hold.extend(item.tuples())
+                continue
+            topic = item.topic
+            for value, key, timestamp in zip(item.values, item.keys, item.stamps, strict=True):
+                try:
+                    produce(topic, value, key, -1, None, None, timestamp)
+                except BufferError:
+                    retry((topic, value, key, -1, None, None, timestamp))
         owner = direct.owner
-        owner.emitted += len(pending)
+        owner.emitted += count
         if self.ctx._stamp is not None:  # the sink's own next id (a dead letter, a late record) starts afresh
             owner._origin = None
 

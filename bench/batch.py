@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.backfill import tree_cpu  # noqa: E402
 from bench.common import time_worker  # noqa: E402
-from bench.throughput import KEEP, PARTITIONS, load_input, raw_loop  # noqa: E402
+from bench.throughput import KEEP, PARTITIONS, bench_pipeline, load_input, raw_loop  # noqa: E402
 from stylus import BatchProcessor, Processor  # noqa: E402
 from stylus.config import parse_pipeline  # noqa: E402
 from stylus.config.model import Pipeline, TopicSpec  # noqa: E402
@@ -121,24 +121,8 @@ def raw_totals(msgs: list[Any], producer: Any, topic_out: str, totals: dict[str,
 
 def pipeline_for(bootstrap: str, cls: str, topic_in: str, topic_out: str, state_dir: str, *, stateful: bool,
                  batch_size: int | None = None, partitions: int = PARTITIONS) -> Pipeline:
-    semantics = "{state: at_least_once, output: at_least_once}" if stateful else "{output: at_least_once}"
-    size = f"\n    batch_size: {batch_size}" if batch_size else ""
-    return parse_pipeline(f"""
-pipeline: bench-batch-{uuid.uuid4().hex[:6]}
-kafka: {{bootstrap.servers: "{bootstrap}"}}
-topics:
-  {topic_in}: {{partitions: {partitions}}}
-  {topic_out}: {{partitions: {partitions}}}
-processors:
-  p:
-    class: {cls}
-    inputs: [{topic_in}]
-    outputs: [{topic_out}]
-    semantics: {semantics}
-    checkpoint: {{interval: 2s}}
-    on_error: skip
-    state: {{dir: {state_dir}}}{size}
-""")
+    return bench_pipeline(bootstrap, topic_in, topic_out, stateful, state_dir, cls=cls, batch_size=batch_size,
+                          partitions=partitions)
 
 
 def windows_pipeline(bootstrap: str, cls: str, topic_in: str, state_dir: str, batch_size: int) -> Pipeline:

@@ -147,15 +147,19 @@ def raw_loop(pipeline: Pipeline, bootstrap: str, topic_in: str, topic_out: str, 
     return records / elapsed
 
 
-def bench_pipeline(bootstrap: str, topic_in: str, topic_out: str, stateful: bool, state_dir: str) -> Pipeline:
-    cls = "bench.throughput:CountPerKey" if stateful else "bench.throughput:KeepTypes"
+def bench_pipeline(bootstrap: str, topic_in: str, topic_out: str, stateful: bool, state_dir: str, *,
+                   cls: str | None = None, batch_size: int | None = None, partitions: int = PARTITIONS) -> Pipeline:
+    """One processor `p` from `topic_in` to `topic_out`, at-least-once: this benchmark's (`cls` None) or another
+    bench's processor class on the same settings (bench/batch.py)."""
+    cls = cls or ("bench.throughput:CountPerKey" if stateful else "bench.throughput:KeepTypes")
     semantics = "{state: at_least_once, output: at_least_once}" if stateful else "{output: at_least_once}"
-    pipeline = parse_pipeline(f"""
+    size = f"\n    batch_size: {batch_size}" if batch_size else ""
+    return parse_pipeline(f"""
 pipeline: bench-{uuid.uuid4().hex[:6]}
 kafka: {{bootstrap.servers: "{bootstrap}"}}
 topics:
-  {topic_in}: {{partitions: {PARTITIONS}}}
-  {topic_out}: {{partitions: {PARTITIONS}}}
+  {topic_in}: {{partitions: {partitions}}}
+  {topic_out}: {{partitions: {partitions}}}
 processors:
   p:
     class: {cls}
@@ -164,9 +168,8 @@ processors:
     semantics: {semantics}
     checkpoint: {{interval: 2s}}
     on_error: skip
-    state: {{dir: {state_dir}}}
+    state: {{dir: {state_dir}}}{size}
 """)
-    return pipeline
 
 
 def stylus_run(pipeline: Pipeline, bootstrap: str, records: int) -> float:

@@ -57,7 +57,7 @@ from bench.common import time_worker
 from bench.latency_proxy import LatencyProxy, proxied_broker
 from stylus import Context, Processor, Record
 from stylus.config import parse_pipeline
-from stylus.config.model import TopicSpec
+from stylus.config.model import FIGURE8_PAIRS, TopicSpec
 from stylus.kafka.admin import create_topics, delete_topics, pipeline_topics
 from stylus.kafka.broker import EmbeddedBroker
 from stylus.kafka.settings import PRODUCER_DEFAULTS
@@ -65,13 +65,7 @@ from stylus.runtime.executable import ExecutableWorker, Program
 from stylus.runtime.stats import Timing
 
 PARTITIONS = 4
-PAIRS = [
-    ("at_least_once", "at_least_once"),
-    ("exactly_once", "at_least_once"),
-    ("at_most_once", "at_most_once"),
-    ("exactly_once", "at_most_once"),
-    ("exactly_once", "exactly_once"),
-]
+PAIRS = list(FIGURE8_PAIRS)
 
 
 class HeavyDecode(Processor):

@@ -17,16 +17,15 @@ LatePolicy = Literal["drop", "topic", "update"]
 
 NAME_PATTERN = r"^[A-Za-z0-9._-]{1,200}$"
 
-#: (state, output) pairs of the paper's Figure 8; `None` state means a stateless processor.
-VALID_PAIRS: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("at_least_once", "at_least_once"),
-        ("exactly_once", "at_least_once"),
-        ("at_most_once", "at_most_once"),
-        ("exactly_once", "at_most_once"),
-        ("exactly_once", "exactly_once"),
-    }
+#: (state, output) pairs of the paper's Figure 8, in its order; `None` state means a stateless processor.
+FIGURE8_PAIRS: tuple[tuple[str, str], ...] = (
+    ("at_least_once", "at_least_once"),
+    ("exactly_once", "at_least_once"),
+    ("at_most_once", "at_most_once"),
+    ("exactly_once", "at_most_once"),
+    ("exactly_once", "exactly_once"),
 )
+VALID_PAIRS: frozenset[tuple[str, str]] = frozenset(FIGURE8_PAIRS)
 
 
 class FixableError(ValueError):

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from stylus.config.model import Pipeline
+from stylus.config.model import FIGURE8_PAIRS, Pipeline
 from stylus.core.batch.engine import BatchEngine
 from stylus.runtime.worker import Worker
 from stylus.state.kv import RocksKV
@@ -23,13 +23,7 @@ from tests.conftest import PipelineFactory
 from tests.support.kafka import produce, read_raw
 
 PARTITIONS = 3
-PAIRS = [
-    ("at_least_once", "at_least_once"),
-    ("exactly_once", "at_least_once"),
-    ("at_most_once", "at_most_once"),
-    ("exactly_once", "at_most_once"),
-    ("exactly_once", "exactly_once"),
-]
+PAIRS = list(FIGURE8_PAIRS)
 
 
 def _id(pair: tuple[str, str]) -> str:

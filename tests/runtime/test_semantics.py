@@ -11,15 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from stylus.config.model import FIGURE8_PAIRS
 from tests.runtime.crash_harness import CrashRun, run_crash_harness
 
-PAIRS = [
-    ("at_least_once", "at_least_once"),
-    ("exactly_once", "at_least_once"),
-    ("at_most_once", "at_most_once"),
-    ("exactly_once", "at_most_once"),
-    ("exactly_once", "exactly_once"),
-]
+PAIRS = list(FIGURE8_PAIRS)
 
 # A wrong ordering per pair, and the crash point that exposes it. Expected: the promise breaks.
 SWAPPED = {

@@ -80,10 +80,11 @@ def test_exactly_once_lookup_join_across_a_rebalance_to_a_second_instance(
         feeder.join_checked(60)
         wait_until(lambda: len(read_json(bootstrap, joined)) >= RECORDS, 120, "every input joined",
                    explain=lambda: a.tail() + b.tail())
-        assert a.terminate() == 0 and b.terminate() == 0
+        # looked at while both run: once one of them leaves, the other takes (and copies) every partition
+        held_b = sorted(p.name for p in (tmp_path / "state-b" / pipeline.pipeline / "enricher" / "tables").iterdir())
+        assert b.terminate() == 0 and a.terminate() == 0
     finally:
         a.kill()
         b.kill()
     _check_exact(read_json(bootstrap, joined), records, table)
-    held_b = sorted(p.name for p in (tmp_path / "state-b" / pipeline.pipeline / "enricher" / "tables").iterdir())
     assert held_b and len(held_b) < 4, held_b  # B holds the copies of the partitions it took, not all of them

@@ -143,10 +143,41 @@ def check_admin_settings(pipeline: Pipeline) -> list[Problem]:
     return problems
 
 
+def check_at_most_once_producer(pipeline: Pipeline) -> list[Problem]:
+    """Producer retries (or the idempotent producer) on a processor with at-most-once output: a retried request
+    can write an output twice, which that output's promise forbids (stylus/kafka/settings.py)."""
+    from stylus.kafka.settings import RETRY_KEYS  # stylus.kafka builds on this package: import late
+
+    problems: list[Problem] = []
+    for name, spec in pipeline.processors.items():
+        if spec.semantics.output != "at_most_once":
+            continue
+        blocks = [("kafka", pipeline.kafka), (f"processors.{name}.kafka", spec.kafka)]
+        for where, block in blocks:
+            for prefix, settings in ((where, block), (f"{where}.producer", block.get("producer") or {})):
+                if not isinstance(settings, Mapping):
+                    continue
+                for key, value in settings.items():
+                    if key == "enable.idempotence" and str(value).lower() == "true":
+                        problems.append(_retrying(name, prefix, key, "the idempotent producer retries"))
+                    elif key in RETRY_KEYS and str(value) not in ("0", ""):
+                        problems.append(_retrying(name, prefix, key, f"`{key}: {value}` retries"))
+    return problems
+
+
+def _retrying(name: str, block: str, key: str, what: str) -> Problem:
+    return Problem(f"{block}.{key}",
+                   f"{what} a request whose answer was lost, so an output of `{name}` could be written twice; its "
+                   "`semantics.output: at_most_once` allows each output once at most",
+                   f"remove `{key}` for `{name}` (its producer sends each output once), or use "
+                   "`output: at_least_once`")
+
+
 def check_applicability(pipeline: Pipeline) -> list[Problem]:
     """Every check; `pipeline` with the profile's defaults applied (a profile may supply the backup)."""
     return (check_event_time(pipeline) + check_state(pipeline) + check_event_field(pipeline)
-            + check_overlap(pipeline) + check_alerts(pipeline) + check_admin_settings(pipeline))
+            + check_overlap(pipeline) + check_alerts(pipeline) + check_admin_settings(pipeline)
+            + check_at_most_once_producer(pipeline))
 
 
 def _names(processors: list[str]) -> str:

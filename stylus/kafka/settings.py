@@ -44,6 +44,13 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "queue.buffering.max.messages": 500_000,
 }
 
+#: The output producer of an at-most-once processor sends each record once and never again. A retry (and the
+#: idempotent producer, which needs retries) re-sends a request whose answer was lost; the broker drops the copy
+#: only while it still holds the producer's sequence numbers, which a broker's unclean restart can lose.
+AT_MOST_ONCE_PRODUCER: dict[str, Any] = {"enable.idempotence": False, "message.send.max.retries": 0}
+#: librdkafka's names for the retry count
+RETRY_KEYS = ("message.send.max.retries", "retries")
+
 _ROLE_KEYS = ("consumer", "producer", "admin")
 
 #: Settings every client needs to reach a cluster at all, whatever it does there (SASL/SSL, DNS, proxies).

@@ -26,7 +26,7 @@ from stylus.core.task import PartitionTask
 from stylus.eventtime.driver import WorkerEventTime
 from stylus.kafka.batching import BatchSizer
 from stylus.kafka.producer import close_producer
-from stylus.kafka.settings import client_config
+from stylus.kafka.settings import AT_MOST_ONCE_PRODUCER, client_config
 from stylus.monoid.backend import remote_state_for
 from stylus.runtime.assignment import Assignment
 from stylus.runtime.checkpoint import CheckpointScope, Ordering, PendingCheckpoint, ordering_for
@@ -96,8 +96,10 @@ class Worker:
 
         producer_config = client_config(
             "producer", bootstrap, pipeline, name,
+            AT_MOST_ONCE_PRODUCER if spec.semantics.output == "at_most_once" else None,
             **{"client.id": f"{self.group_id}-{instance}", "delivery.report.only.error": True},
         )
+        self.producer_config = producer_config
         self.sink: KafkaSink
         self.producer = Producer(producer_config | {"on_delivery": lambda err, msg: self.sink.on_delivery(err, msg)})
         self.sink = KafkaSink(self.producer, pipeline, spec.outputs, hold=self.ordering.holds_output,

@@ -134,3 +134,22 @@ def test_admin_settings_that_the_admin_client_would_drop_are_refused() -> None:
     assert "put it under `consumer` or `producer`" in problem.fix
     doc["processors"]["up"]["kafka"] = {"admin": {"sasl.mechanism": "PLAIN"}}  # reaching the cluster: kept
     assert parse_pipeline(yaml.safe_dump(doc)).processors["up"].kafka["admin"]["sasl.mechanism"] == "PLAIN"
+
+
+@pytest.mark.parametrize(("block", "setting"), [("pipeline", {"enable.idempotence": True}),
+                                                ("producer", {"message.send.max.retries": 3}),
+                                                ("processor", {"retries": "5"})])
+def test_producer_retries_with_at_most_once_output_are_refused(block: str, setting: dict[str, Any]) -> None:
+    doc = yaml.safe_load(_chain({}))
+    up = doc["processors"]["up"]
+    up["semantics"] = {"output": "at_most_once"}
+    if block == "pipeline":
+        doc["kafka"] = setting
+    else:
+        up["kafka"] = {"producer": setting} if block == "producer" else setting
+    [problem] = _problems(yaml.safe_dump(doc)).problems
+    key = next(iter(setting))
+    assert problem.path.endswith(f".{key}") and "written twice" in problem.message
+    assert f"remove `{key}`" in problem.fix and "at_least_once" in problem.fix
+    up["semantics"] = {"output": "at_least_once"}  # retries are what at-least-once output wants
+    assert parse_pipeline(yaml.safe_dump(doc)).processors["up"]

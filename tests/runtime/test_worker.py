@@ -11,9 +11,12 @@ from collections import Counter
 from pathlib import Path
 
 import orjson
+import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from stylus.config.model import FIGURE8_PAIRS
+from stylus.runtime.worker import Worker
 from tests.conftest import PipelineFactory
 from tests.support.chaos import group_offsets, topic_ends
 from tests.support.cli import ROOT, run_stylus, stylus_cmd, stylus_env, wait_for_text
@@ -235,3 +238,24 @@ def test_local_state_ahead_of_the_group_gets_its_offsets_committed(
     assert group_offsets(bootstrap, group, words, PARTITIONS) == ends, done.stdout[-3000:]
     assert final_state(tmp_path / "s", pipeline.pipeline, words) == Counter({f"w{j}": len(range(j, 400, 7))
                                                                               for j in range(7)})
+
+
+@pytest.mark.parametrize("pair", FIGURE8_PAIRS, ids="-".join)
+def test_an_at_most_once_output_producer_never_resends(bootstrap: str, pipeline_factory: PipelineFactory,
+                                                       pair: tuple[str, str]) -> None:
+    """A retried produce request can be written twice when the broker has lost the idempotent producer's
+    sequence numbers (an unclean restart): at-most-once output sends once; the other outputs keep retries."""
+    doc = counter_doc()
+    doc["processors"]["counter"]["semantics"] = dict(zip(("state", "output"), pair, strict=True))  # type: ignore[index]
+    path, pipeline = pipeline_factory(doc)
+    words = pipeline.processors["counter"].inputs[0]
+    run_stylus("topics", "create", str(path), bootstrap=bootstrap)
+    worker = Worker(pipeline, "counter", bootstrap, exit_when_idle=0.5)
+    config = worker.producer_config
+    if pair[1] == "at_most_once":
+        assert config["message.send.max.retries"] == 0 and config["enable.idempotence"] is False
+    else:
+        assert config["enable.idempotence"] is True and "message.send.max.retries" not in config
+    produce(bootstrap, words, [("a", {"w": "a"}), ("b", {"w": "b"})])
+    worker.run()  # librdkafka takes the settings and the outputs get out
+    assert worker.processed == 2

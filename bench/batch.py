@@ -20,7 +20,9 @@ them), CPU seconds per record of its process, and peak RSS. Sides:
 Batch sides consume `--batch-size` records per call (default 2,000, the worker's); per-record sides keep their
 defaults (bench.windows' per-record side: 5,000).
 Ratios: batch records/s over the raw loop's (filter, totals, windows), backfill over stream (spark); memory: batch
-peak RSS over the per-record processor's.
+peak RSS over the per-record processor's. `--repeat N` runs N rounds of each benchmark's sides (baseline, per-record,
+batch, in that order) and reports the median of the rounds' ratios, each round's batch side against the baseline of
+the same round: on a shared machine the speed drifts between runs far more than within a round.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -66,7 +69,7 @@ class KeepBatch(BatchProcessor):
     fields = ("type",)
 
     def process_batch(self, batch: Any, ctx: Any) -> None:
-        ctx.forward(batch.filter(pc.is_in(batch.column("type"), KEEP_ARRAY)))
+        ctx.forward(pc.is_in(batch.column("type"), KEEP_ARRAY))  # a mask: the batch is not filtered
 
 
 class Totals(Processor):
@@ -85,9 +88,10 @@ class TotalsBatch(BatchProcessor):
     def process_batch(self, batch: Any, ctx: Any) -> None:
         keys = batch.column("key")
         groups = Groups(keys)
-        before = ctx.state.get_many(groups.names)  # [count, sum] per key, or None
-        counts = groups.running_count(np.array([b[0] if b else 0 for b in before], dtype=np.int64))
-        sums = groups.running_sum(batch.column("v"), np.array([b[1] if b else 0.0 for b in before]))
+        before = ctx.state.get_many(groups.names, default=(0, 0.0))  # [count, sum] per key
+        counts_before, sums_before = zip(*before, strict=True)
+        counts = groups.running_count(np.array(counts_before, dtype=np.int64))
+        sums = groups.running_sum(batch.column("v"), np.array(sums_before, dtype=np.float64))
         ctx.state.set_many(dict(zip(groups.names, zip(groups.last(counts), groups.last(sums), strict=True),
                                     strict=True)))  # [count, sum] (a tuple is a JSON array)
         ctx.emit_batch(pa.table({"key": keys, "count": counts, "sum": sums}), key="key",
@@ -287,6 +291,8 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--only", default="filter,totals,windows,spark")
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="the batch sides' `batch_size`")
+    parser.add_argument("--repeat", type=int, default=1, help="rounds of each benchmark's sides, alternating; "
+                        "ratios are the median over the rounds (each round's batch side against its own baseline)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--side", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
@@ -297,8 +303,22 @@ def main() -> None:
         return
     kinds = args.only.split(",")
     n = args.records - args.records % PARTITIONS
-    results: dict[str, dict[str, Any]] = {}
+    results: dict[str, list[dict[str, Any]]] = {}
     ratios: list[str] = []
+
+    def rounds(kind: str, sides: tuple[str, str, str], topic: str, want: Any = None) -> None:
+        """`repeat` rounds of the three sides (batch, baseline, per-record), then the summary line."""
+        print(kind, flush=True)
+        for _ in range(args.repeat):
+            for which in (*sides[1:], sides[0]):  # the baseline first, as in every round
+                result = run_side(f"{kind}/{which}", bootstrap, topic, n, args.batch_size)
+                if want is not None:
+                    result["exact"] = result.pop("sums") == want
+                    print(f"    every window exact: {result['exact']}", flush=True)
+                results.setdefault(f"{kind}/{which}", []).append(result)
+        batch, base, record = (results[f"{kind}/{which}"] for which in sides)
+        ratios.append(summary(kind, batch, base, record))
+
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap
         plain = f"bench-in-{uuid.uuid4().hex[:6]}"
@@ -308,11 +328,7 @@ def main() -> None:
             load_input(bootstrap, plain, n)
         for kind in ("filter", "totals"):
             if kind in kinds:
-                print(kind, flush=True)
-                for which in ("raw", "record", "batch"):
-                    results[f"{kind}/{which}"] = run_side(f"{kind}/{which}", bootstrap, plain, n, args.batch_size)
-                ratios.append(summary(kind, results[f"{kind}/batch"], results[f"{kind}/raw"],
-                                      results[f"{kind}/record"]))
+                rounds(kind, ("batch", "raw", "record"), plain)
         if "windows" in kinds:
             from bench.windows import produce
 
@@ -320,31 +336,31 @@ def main() -> None:
             create_topics(bootstrap, {topic: TopicSpec(partitions=PARTITIONS)})
             expected = produce(bootstrap, topic, n)
             want = sorted([k, s, v] for (k, s), v in expected.items())
-            print(f"windows ({len(want)} windows)", flush=True)
-            for which in ("raw", "record", "batch"):
-                results[f"windows/{which}"] = run_side(f"windows/{which}", bootstrap, topic, n, args.batch_size)
-                exact = results[f"windows/{which}"].pop("sums") == want
-                results[f"windows/{which}"]["exact"] = exact
-                print(f"    every window exact: {exact}", flush=True)
-            ratios.append(summary("windows", results["windows/batch"], results["windows/raw"],
-                                  results["windows/record"]))
+            print(f"({len(want)} windows)", flush=True)
+            rounds("windows", ("batch", "raw", "record"), topic, want)
         if "spark" in kinds:
-            print("spark", flush=True)
-            for which in ("stream", "backfill", "backfill-record"):
-                results[f"spark/{which}"] = run_side(f"spark/{which}", bootstrap, plain, n, args.batch_size)
-            ratios.append(summary("spark", results["spark/backfill"], results["spark/stream"],
-                                  results["spark/backfill-record"]))
+            rounds("spark", ("backfill", "stream", "backfill-record"), plain)
     print("\n".join(ratios))
     if args.json:
         args.json.write_text(json.dumps({"records": n, "results": results, "ratios": ratios}, indent=2))
 
 
-def summary(kind: str, batch: dict[str, Any], base: dict[str, Any], record: dict[str, Any]) -> str:
+def summary(kind: str, batch: list[dict[str, Any]], base: list[dict[str, Any]], record: list[dict[str, Any]]) -> str:
+    """Medians over the rounds: of each round's ratio (batch against the baseline run of the same round), and of
+    each side's records/s, CPU per record and peak RSS."""
     against = "streaming replay" if kind == "spark" else "raw loop"
-    return (f"{kind}: batch {batch['rate']:,.0f} records/s = {batch['rate'] / base['rate']:.2f}x the {against} "
-            f"({base['rate']:,.0f}); CPU/record {batch['cpu_us']:.2f} us against {base['cpu_us']:.2f}; peak RSS "
-            f"{batch['peak_rss_mb']:,.0f} MB = {batch['peak_rss_mb'] / record['peak_rss_mb']:.2f}x the per-record "
-            f"path's ({record['peak_rss_mb']:,.0f} MB; records/s {record['rate']:,.0f})")
+    paired = sorted(b["rate"] / r["rate"] for b, r in zip(batch, base, strict=True))
+    spread = f" (rounds {paired[0]:.2f}-{paired[-1]:.2f}x)" if len(paired) > 1 else ""
+
+    def median(runs: list[dict[str, Any]], field: str) -> float:
+        return statistics.median(r[field] for r in runs)
+
+    rate, cpu, rss = "rate", "cpu_us", "peak_rss_mb"
+    return (f"{kind}: batch {median(batch, rate):,.0f} records/s = {statistics.median(paired):.2f}x the {against}"
+            f"{spread} ({median(base, rate):,.0f}); CPU/record {median(batch, cpu):.2f} us against "
+            f"{median(base, cpu):.2f}; peak RSS {median(batch, rss):,.0f} MB = "
+            f"{median(batch, rss) / median(record, rss):.2f}x the per-record path's ({median(record, rss):,.0f} MB; "
+            f"records/s {median(record, rate):,.0f}, CPU/record {median(record, cpu):.2f} us)")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.backfill import tree_cpu
-from bench.nexmark import BID_TOPIC, PYTHON, QueryRun
+from bench.nexmark import BID_TOPIC, PYTHON, QueryRun, with_batch
 from stylus.backfill.bounds import parse_bound
 from stylus.backfill.job import plan_for, run_plan
 from stylus.backfill.outputs import OutputTarget
@@ -143,7 +143,9 @@ def run_spark_sql(spark: Any, bootstrap: str, query: str, bids: list[Any], end: 
 
 def run_compiled(spark: Any, bootstrap: str, impl: str, query: str, spec: QueryRun, bids: list[Any], end: int,
                  out: Path) -> SparkRun:
-    pipeline = load_pipeline(spec.pipeline)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    path = spec.pipeline if spec.batch is None else with_batch(spec.pipeline, spec.batch, str(out.parent))
+    pipeline = load_pipeline(path)
     names = [s for n in spec.processors or pipeline.topological_order() for s in stages_of(pipeline, n) or [n]]
     sources = [n for n in pipeline.topological_order() if n in names and BID_TOPIC in pipeline.processors[n].inputs]
     shutil.rmtree(out, ignore_errors=True)

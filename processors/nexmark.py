@@ -1,6 +1,6 @@
-"""Nexmark q0, q1, q2, q5 and q7 written by hand on the processor API: the baseline a SQL app of the same query is
-measured against (`docs/nexmark.md`; `pipelines/nexmark/python.yaml` wires them). Each produces the rows of
-`stylus.nexmark.reference`, which the tests check over generated data.
+"""Nexmark q0, q1, q2, q3, q4, q5, q7 and q8 written by hand on the processor API: the baseline a SQL app of the same
+query is measured against (`docs/nexmark.md`; `pipelines/nexmark/python.yaml` wires them). Each produces the rows
+of `stylus.nexmark.reference`, which the tests check over generated data.
 
 Bids arrive keyed by auction, in event-time order per partition. q5 and q7 find a maximum over every partition,
 so each takes two stages: the first, on `stylus.windows`, aggregates per input partition and, when a window
@@ -16,8 +16,18 @@ from typing import Any
 
 from stylus import Context, Processor, Record
 from stylus.config.durations import parse_duration
-from stylus.nexmark.reference import AUCTION_SKIP, DOLLAR_TO_EURO, Q5_SIZE_MS, Q5_SLIDE_MS, Q7_SIZE_MS
-from stylus.windows import Aggregate, Count, Hopping, Tumbling, WindowedProcessor
+from stylus.nexmark.reference import (
+    AUCTION_SKIP,
+    DOLLAR_TO_EURO,
+    Q3_CATEGORY,
+    Q3_STATES,
+    Q4_SIZE_MS,
+    Q5_SIZE_MS,
+    Q5_SLIDE_MS,
+    Q7_SIZE_MS,
+    Q8_SIZE_MS,
+)
+from stylus.windows import Aggregate, Count, Hopping, Mean, Tumbling, WindowedProcessor
 
 
 def _ms(config: Mapping[str, Any], name: str, default: int) -> int:
@@ -207,3 +217,122 @@ class HighestBid(Processor):
         start, _, bids = acc
         for bid in sorted(bids, key=lambda b: (b["dateTime"], b["auction"], b["bidder"])):
             ctx.emit({**bid, "window_start": start, "window_end": timestamp}, key=str(bid["auction"]))
+
+
+# ----------------------------------------------------------------------------------- q3: local item suggestion
+class LocalItemSuggestion(Processor):
+    """q3: each auction of category 10 whose seller, looked up in the table `person` (the persons by id:
+    `tables:`), lives in Oregon, Idaho or California: `{name, city, state, id}`."""
+
+    def process(self, record: Record, ctx: Context) -> None:
+        a = record.value
+        if a["category"] != Q3_CATEGORY:
+            return
+        p = ctx.table("person").get(a["seller"])
+        if p is not None and p["state"] in Q3_STATES:
+            ctx.emit({"name": p["name"], "city": p["city"], "state": p["state"], "id": a["id"]}, key=record.key)
+
+
+# ----------------------------------------------------------------------------------- q4 and q8: window joins
+class ByAuction(Processor):
+    """q4, first stage: auctions (`{c: category, t: dateTime, x: expires}`) and bids (`{p: price, t: dateTime}`)
+    into one topic keyed by the auction, stamped with their time. The window stage after it must see both in
+    one input partition (a processor's state is per input partition)."""
+
+    def process(self, record: Record, ctx: Context) -> None:
+        v = record.value
+        if "seller" in v:
+            ctx.emit({"c": v["category"], "t": v["dateTime"], "x": v["expires"]}, key=record.key,
+                     timestamp=v["dateTime"])
+        else:
+            ctx.emit({"p": v["price"], "t": v["dateTime"]}, key=record.key, timestamp=v["dateTime"])
+
+
+class ClosingPrice(Aggregate):
+    """An auction's window: `[category, dateTime, expires, best price or None]` once the auction is in,
+    `[None, [[price, dateTime], ...]]` for bids that came before it. Never mutates an accumulator."""
+
+    def zero(self) -> Any:
+        return [None, []]
+
+    def add(self, acc: Any, v: Any) -> Any:
+        if "c" in v:  # the auction: the bids so far that fall in its time
+            best = max((p for p, t in acc[1] if v["t"] <= t <= v["x"]), default=None)
+            return [v["c"], v["t"], v["x"], best]
+        if acc[0] is None:
+            return [None, [*acc[1], [v["p"], v["t"]]]]
+        if acc[1] <= v["t"] <= acc[2] and (acc[3] is None or v["p"] > acc[3]):
+            return [acc[0], acc[1], acc[2], v["p"]]
+        return acc
+
+
+class ClosingPrices(WindowedProcessor):
+    """q4, second stage: per tumbling window (`config.size`, 10 s) and auction, the highest bid between its
+    creation and its expiry, emitted when the window closes as `{category, final}` keyed by the category."""
+
+    aggregate = ClosingPrice()
+
+    def __init__(self, config: Mapping[str, Any] | None = None, name: str = "") -> None:
+        self.window = Tumbling(_ms(dict(config or {}), "size", Q4_SIZE_MS))
+        super().__init__(config, name)
+
+    def emit_window(self, ctx: Context, key: str, start: int, end: int, acc: Any, *, final: bool,
+                    late: bool) -> None:
+        if acc[0] is not None and acc[3] is not None and not late:
+            ctx.emit({"category": acc[0], "final": acc[3]}, key=str(acc[0]), timestamp=end - 1)
+
+
+class AveragePrice(WindowedProcessor):
+    """q4, last stage: the closing prices of each window averaged per category: `{category, avg_price,
+    window_start, window_end}`."""
+
+    aggregate = Mean("final")
+
+    def __init__(self, config: Mapping[str, Any] | None = None, name: str = "") -> None:
+        self.window = Tumbling(_ms(dict(config or {}), "size", Q4_SIZE_MS))
+        super().__init__(config, name)
+
+    def emit_window(self, ctx: Context, key: str, start: int, end: int, acc: Any, *, final: bool,
+                    late: bool) -> None:
+        if not late:
+            ctx.emit({"category": int(key), "avg_price": Mean().result(acc), "window_start": start,
+                      "window_end": end}, key=key, timestamp=end - 1)
+
+
+class BySeller(Processor):
+    """q8, first stage: persons (`{name}`, keyed by id) and auctions (`{}`, keyed by seller) into one topic,
+    stamped with their time."""
+
+    def process(self, record: Record, ctx: Context) -> None:
+        v = record.value
+        if "seller" in v:
+            ctx.emit({}, key=str(v["seller"]), timestamp=v["dateTime"])
+        else:
+            ctx.emit({"name": v["name"]}, key=record.key, timestamp=v["dateTime"])
+
+
+class NewUser(Aggregate):
+    """A person's window: `[name or None, created an auction]`."""
+
+    def zero(self) -> Any:
+        return [None, False]
+
+    def add(self, acc: Any, v: Any) -> Any:
+        return [v["name"], acc[1]] if "name" in v else [acc[0], True]
+
+
+class NewUsers(WindowedProcessor):
+    """q8, second stage: per tumbling window (`config.size`, 10 s), the persons created in it who created an
+    auction in it: `{id, name, window_start, window_end}` when it closes."""
+
+    aggregate = NewUser()
+
+    def __init__(self, config: Mapping[str, Any] | None = None, name: str = "") -> None:
+        self.window = Tumbling(_ms(dict(config or {}), "size", Q8_SIZE_MS))
+        super().__init__(config, name)
+
+    def emit_window(self, ctx: Context, key: str, start: int, end: int, acc: Any, *, final: bool,
+                    late: bool) -> None:
+        if acc[0] is not None and acc[1] and not late:
+            ctx.emit({"id": int(key), "name": acc[0], "window_start": start, "window_end": end}, key=key,
+                     timestamp=end - 1)

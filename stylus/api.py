@@ -106,6 +106,11 @@ class BatchContext(Context, Protocol):
     event_times: Any  # the batch's event times (a pyarrow Int64Array, one per row), while `process_batch` runs
 
     @property
+    def values(self) -> list[Any]:
+        """The batch's values as decoded, one per row (their exact Python types), while `process_batch` runs."""
+        ...
+
+    @property
     def topic(self) -> str | None:
         """The input topic of the batch (or timer) in progress."""
         ...

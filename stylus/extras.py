@@ -21,6 +21,7 @@ EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "demo": ("numpy", ("numpy",)),
     "plot": ("matplotlib", ("matplotlib",)),
     "sql": ("sqlglot", ("sqlglot",)),
+    "serve": ("uvicorn, httptools and uvloop (its HTTP server)", ("uvicorn", "httptools", "uvloop")),
 }
 
 

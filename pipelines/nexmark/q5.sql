@@ -2,8 +2,8 @@
 -- SqlQuery5 with its default windowSizeSec 10 and windowPeriodSec 5). The rows of stylus/nexmark/reference.py:q5.
 --
 -- The published query counts bids per auction and window (AuctionBids) and JOINs that with the maximum count
--- of each window (MaxBids) on `num >= maxnum`. The dialect has no JOIN; QUALIFY keeps the same rows on the
--- counting query itself: the auctions whose count ranks first in their window, every tie included. The app
+-- of each window (MaxBids) on `num >= maxnum`, a join without an equality (the dialect's joins need one); QUALIFY
+-- keeps the same rows on the counting query itself: the auctions whose count ranks first in their window, every tie included. The app
 -- runs as two processors (docs/sql.md, "QUALIFY"): q5.partial counts and ranks per bid partition (bids are
 -- keyed by auction: KEY auction, so no shuffle), q5 merges the partitions' leaders of each window.
 CREATE APPLICATION nexmark_q5;

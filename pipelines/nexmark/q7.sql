@@ -2,8 +2,8 @@
 -- its default windowSizeSec 10). The rows of stylus/nexmark/reference.py:q7.
 --
 -- The published query groups the bids per window (B: GROUP BY every column and TUMBLE) and JOINs that with the
--- window's MAX(price) (B1) on `price = maxprice`. The dialect has no JOIN; QUALIFY keeps the same rows on the
--- grouping query itself: the bids whose price ranks first in their window, every tie included. Ranked by a
+-- window's MAX(price) (B1) on `price = maxprice`. QUALIFY keeps the same rows on the grouping query itself, with
+-- no second table and join: the bids whose price ranks first in their window, every tie included. Ranked by a
 -- grouped column, each window keeps only its best bids so far, not every bid (docs/sql.md, "QUALIFY"); the app
 -- runs as q7.partial (per bid partition) and q7 (merges the partitions' best of each window).
 CREATE APPLICATION nexmark_q7;

@@ -57,6 +57,7 @@ class BackfillResult:
     emitted: list[Emitted] = field(default_factory=list)
     tasks: list[dict[str, Any]] = field(default_factory=list)  # each unit's summary: read, outputs, first, last
     span: tuple[float, float] | None = None  # wall clock of the first and the last record any task processed
+    upstream: list[BackfillResult] = field(default_factory=list)  # a SQL stage's chain, run first (backfill/chain.py)
 
     @property
     def processing_seconds(self) -> float:
@@ -71,8 +72,10 @@ class BackfillResult:
 
     def summary(self) -> str:
         rate = self.records / self.seconds if self.seconds else 0.0
-        lines = [f"{self.processor}: {self.records} records in {self.seconds:.1f}s ({rate:,.0f}/s), "
-                 f"{self.units} tasks, mode {self.mode}"]
+        lines = [f"{stage.processor}: {stage.records} records in {stage.seconds:.1f}s into a scratch topic "
+                 f"(upstream of {self.processor})" for stage in self.upstream]
+        lines += [f"{self.processor}: {self.records} records in {self.seconds:.1f}s ({rate:,.0f}/s), "
+                  f"{self.units} tasks, mode {self.mode}"]
         lines += [f"  emitted {n} to {t}" for t, n in sorted(self.outputs.items())]
         return "\n".join(lines) + "\n"
 

@@ -37,6 +37,9 @@ class OutputTarget(BaseModel):
     path: str | None = None
     topic: str | None = None
     collect: bool = False  # also return what was written to the driver (replay --diff)
+    # topics only: the task's watermark written behind its outputs as control records, as a streaming stage
+    # publishes it, for the next stage of a chained backfill to read (stylus/backfill/chain.py)
+    marks: bool = False
 
 
 def _json(value: Any) -> bytes:

@@ -6,6 +6,7 @@ from typing import Any
 
 from stylus.archive import DEFAULT_ROOT
 from stylus.backfill.bounds import Bound
+from stylus.backfill.chain import backfill_chain, chain_of
 from stylus.backfill.job import BackfillResult, plan_for, run_plan
 from stylus.backfill.outputs import OutputTarget
 from stylus.backfill.plan import DEFAULT_CHUNK, Source
@@ -43,6 +44,17 @@ def backfill(spark: Any, pipeline: Pipeline, name: str, bootstrap: str, start: B
         raise ValueError(f"no processor `{name}`; the pipeline has {sorted(pipeline.processors)}")
     if seed and not pipeline.processors[name].stateful:
         raise ValueError(f"--seed-state: processor `{name}` is stateless, it has no state to seed")
+    chain = chain_of(pipeline, name)
+    if len(chain) > 1:  # a SQL app's stage behind other stages of the app: run them first (backfill/chain.py)
+        if seed:
+            raise ValueError(f"--seed-state: `{name}` reads what {', '.join(chain[:-1])} of its SQL app write, which "
+                             "a backfill runs into scratch topics: its offsets in the app's own topics are unknown. "
+                             f"Seed the stages that read the app's input topics instead (--processor {chain[0]}), or "
+                             "backfill without --seed-state")
+        return backfill_chain(spark, pipeline, name, bootstrap, start, stop, output=output, source=source,
+                              archive_root=archive_root or (archive_root_for(pipeline, chain[0])
+                                                            if source != "kafka" else None),
+                              chunk_size=chunk_size, progress=progress)
     root = archive_root or (archive_root_for(pipeline, name) if source != "kafka" else None)
     plan = plan_for(pipeline, name, bootstrap, start, stop, source=source, archive_root=root, chunk_size=chunk_size)
     result = run_plan(spark, pipeline, name, plan, output, return_state=seed, progress=progress)

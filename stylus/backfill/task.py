@@ -18,13 +18,14 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
 from stylus.api import import_processor_class
-from stylus.backfill.outputs import OutputTarget, TaskOutput, open_output
+from stylus.backfill.outputs import OutputTarget, TaskOutput, TopicOutput, open_output
 from stylus.backfill.plan import Unit
 from stylus.backfill.read import KafkaRange, open_unit, read_unit_batches
 from stylus.config.model import Pipeline
 from stylus.core.engine import RaiseFailures
 from stylus.core.engines import engine_for
 from stylus.core.task import PartitionTask
+from stylus.eventtime.control import WatermarkPublisher
 from stylus.kafka.settings import remember_connection
 from stylus.state.kv import MemoryKV
 from stylus.state.memory import MemoryState
@@ -92,6 +93,7 @@ class UnitRun:
         self.engine.atomic = False  # any failure fails the task: no per-record journal or held emits needed
         # `ctx.table`: each key's versions, looked up as of the record's time (docs/tables.md, "Backfill")
         self.engine.tables = history_tables(self.pipeline, job.processor, job.bootstrap)
+        self.marks = self._publisher(unit)
         self.keep_state = self.spec.stateful or job.mode == "monoid"
         self.tasks: dict[tuple[str, int], PartitionTask] = {}
         self.read = 0
@@ -133,6 +135,8 @@ class UnitRun:
                     # the stream's own estimator (upstream control records, lateness, floors), never idle:
                     # `at_eof` stays False, as for a stream that has not yet waited out `idle_timeout`
                     engine.advance_time(self.tasks.values())
+                    if self.marks is not None:  # behind the outputs it covers, through the same producer
+                        self.marks.maybe_publish(engine.watermark, self.tasks)
             self.last = time.time()
             self._check_state_keys()
             output.close()
@@ -143,6 +147,17 @@ class UnitRun:
                 gc.enable()
         task.next_offset = unit.next_offset
         yield from self._rows(output.collected, output.counts)
+
+    def _publisher(self, unit: Unit) -> WatermarkPublisher | None:
+        """With `OutputTarget.marks`: the task's watermark, published to its output topics as a streaming
+        instance publishes it (every change, each mark naming the unit's input partition)."""
+        if not self.job.output.marks:
+            return None
+        if not isinstance(self.output, TopicOutput):
+            raise ValueError("watermark marks are written to topics: use an output of kind `outputs` or `topic`")
+        self.engine.track_time = True  # a downstream stage needs this stage's event-time progress
+        return WatermarkPublisher(self.pipeline, self.job.processor, f"backfill-{unit.index}", self.output.producer,
+                                  interval=0.0)
 
     def _check_state_keys(self) -> None:
         """A key the stream's state refuses at the write (not a str) fails the task with that error; a task's

@@ -66,8 +66,9 @@ class SparkRun:
             from stylus.sql.expand import stages_of
 
             stages = stages_of(pipeline, name)  # a `sql:` app of several tables runs one processor per table
-            hint = (f"; `{name}` is a SQL app of {len(stages)} processors, run each in turn, upstream first: "
-                    f"{', '.join(stages)}") if stages else ""
+            tables = [s for s in stages if not s.endswith((".shuffle", ".partial"))]
+            hint = (f"; `{name}` is a SQL app of {len(tables)} tables: name the one to run, "
+                    f"{', '.join(tables)} (the stages it reads from run first)") if stages else ""
             raise click.BadParameter(f"no processor `{name}`; the pipeline has {sorted(pipeline.processors)}{hint}",
                                      param_hint="--processor")
         try:
@@ -83,10 +84,12 @@ class SparkRun:
 
     def run(self, bootstrap: str, output: OutputTarget, *, app: str, seed: bool = False) -> BackfillResult:
         """One Spark session for one run: started with the processor's modules preloaded, always stopped."""
+        from stylus.backfill.chain import chain_of
         from stylus.backfill.runner import backfill
         from stylus.backfill.session import processor_modules, spark_session
 
-        spark = spark_session(self.master, app, preload=processor_modules(self.pipeline, [self.name]))
+        spark = spark_session(self.master, app, preload=processor_modules(self.pipeline,
+                                                                          chain_of(self.pipeline, self.name)))
         try:
             return backfill(spark, self.pipeline, self.name, bootstrap, self.lower, self.upper, output=output,
                             source=self.source, archive_root=self.archive_root, seed=seed,

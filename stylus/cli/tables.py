@@ -44,12 +44,14 @@ def serve(pipeline_file: str, port: int, host: str, advertise: str | None, direc
     """Serve the pipeline's tables: GET /tables/NAME/KEY answers the value as JSON, 404 when absent."""
     import signal
     import sys
-    import threading
     from pathlib import Path
 
     from stylus.cli.main import load_or_exit
+    from stylus.extras import require
     from stylus.kafka.admin import create_topics
     from stylus.runtime.runner import resolved_bootstrap
+
+    require("serve", "stylus serve")
     from stylus.tables.http import TableServer
     from stylus.tables.serving import ServingInstance
 
@@ -66,8 +68,7 @@ def serve(pipeline_file: str, port: int, host: str, advertise: str | None, direc
         instance = ServingInstance(pipeline, bootstrap, Path(directory), advertise or f"{host}:{server.port}")
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: instance.stop.set())
-        thread = threading.Thread(target=server.serve_forever, name="stylus-serve-http", daemon=True)
-        thread.start()  # answers 503 until the tables are loaded
+        server.start()  # answers 503 until the tables are loaded
         try:
             instance.start()
             server.instance = instance
@@ -75,6 +76,5 @@ def serve(pipeline_file: str, port: int, host: str, advertise: str | None, direc
             sys.stdout.flush()
             instance.run()
         finally:
-            server.shutdown()
-            server.server_close()
+            server.stop()
             instance.close()

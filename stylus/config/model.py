@@ -173,6 +173,10 @@ class ProcessorSpec(Frozen):
     # expands it into one `class:` processor per table it creates (stylus/sql/expand.py), inputs and outputs
     # from the app, so a loaded pipeline has no `sql` processor left
     sql: str | None = Field(None, min_length=1)
+    # how a `sql:` app's stages run (docs/sql.md, "Batch compilation"): `auto`, on the columnar batch path where
+    # that was measured faster; `always`, every stage that has a batch form (refused for one that has none);
+    # `never`, per record. Decided when the app is expanded; its stages carry the default again
+    batch: Literal["auto", "always", "never"] = "auto"
     inputs: tuple[str, ...] = Field((), min_length=1)  # required, except with `sql` (_class_or_command)
     # topic names, each written either alone or as `{topic: NAME, grouping: all|global|key}`
     # (stylus/config/groupings.py): the names stay here, the groupings go to `groupings`
@@ -234,6 +238,11 @@ class ProcessorSpec(Frozen):
                    else "and this one has neither"),
                 "keep one of `class: module:Class`, `command: [./program, arg]` and `sql: app.sql`",
             )
+        if self.batch != "auto" and self.sql is None:
+            raise FixableError(f"`batch: {self.batch}` says how a SQL app's stages run; this processor is no "
+                               "`sql:` one",
+                               "remove `batch` (a Python processor takes the batch path by subclassing "
+                               "`stylus.BatchProcessor`: docs/batch.md)")
         if self.sql is not None:
             from_app = [k for k in ("inputs", "outputs", "config") if getattr(self, k)]
             if from_app:

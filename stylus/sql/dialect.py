@@ -30,7 +30,8 @@ from stylus.sql.source import SqlSource
 #: interval units (singular, lower case) -> milliseconds; plurals and short forms are accepted too
 UNITS = {"millisecond": 1, "ms": 1, "second": 1000, "sec": 1000, "s": 1000, "minute": 60_000, "min": 60_000,
          "m": 60_000, "hour": 3_600_000, "h": 3_600_000, "day": 86_400_000, "d": 86_400_000}
-_WINDOW = re.compile(r"^\s*(\d+)\s*([A-Za-z]+)\s*$")
+#: `[N unit]` (tumbling) or `[N unit ADVANCE BY M unit]` (hopping: size N unit, a new window every M unit)
+_WINDOW = re.compile(r"^\s*(\d+)\s*([A-Za-z]+)(?:\s+ADVANCE\s+BY\s+(\d+)\s*([A-Za-z]+))?\s*$", re.IGNORECASE)
 
 
 def unit_ms(unit: str) -> int | None:
@@ -68,10 +69,13 @@ class FunctionDef:
 
 @dataclass(frozen=True)
 class PumaWindow:
-    """`FROM table [5 minutes]`: a tumbling window of `size` ms over the table's time column."""
+    """`FROM table [5 minutes]`: a tumbling window of `size` ms over the table's time column;
+    `[10 seconds ADVANCE BY 5 seconds]` a hopping one (a window of `size` every `slide` ms)."""
 
     size: int
     offset: int  # of the `[`
+    slide: int | None = None  # hopping: the advance; None: tumbling
+    table_offset: int | None = None  # of the name of the table it follows (a join has one per table)
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,7 @@ class TableDef:
     offset: int
     query: exp.Select
     window: PumaWindow | None = None
+    windows: tuple[PumaWindow, ...] = ()  # every `[...]` window, one per table of a JOIN (stylus/sql/join.py)
 
 
 @dataclass
@@ -302,7 +307,7 @@ def _table(tokens: list[Token], source: SqlSource) -> TableDef:
     if i >= len(tokens):
         raise fail("syntax error: expected a SELECT after AS", f"write {form}", tokens[-1].end + 1)
     body = tokens[i:]
-    window, drop = _puma_window(body, source)
+    windows, drop = _puma_window(body, source)
     start, end = body[0].start, body[-1].end + 1
     text = source.blanked((start, end), drop)
     try:
@@ -314,13 +319,15 @@ def _table(tokens: list[Token], source: SqlSource) -> TableDef:
     if not isinstance(parsed, exp.Select):
         raise fail(f"a table is defined by one SELECT, not a {type(parsed).__name__.upper()}",
                    f"write {form} (UNION and the like are not supported)", start)
-    return TableDef(name, tokens[2].start, parsed, window)
+    return TableDef(name, tokens[2].start, parsed, windows[0] if windows else None, tuple(windows))
 
 
-def _puma_window(body: list[Token], source: SqlSource) -> tuple[PumaWindow | None, list[tuple[int, int]]]:
-    """Find `[N unit]` right after the table (and its alias) in FROM; return it and the span to blank."""
-    window: PumaWindow | None = None
+def _puma_window(body: list[Token], source: SqlSource) -> tuple[list[PumaWindow], list[tuple[int, int]]]:
+    """Find `[N unit]` right after the table (and its alias) in FROM, and after each JOINed table; return them
+    and the spans to blank."""
+    windows: list[PumaWindow] = []
     drop: list[tuple[int, int]] = []
+    joined = any(_word(t) == "JOIN" for t in body)
     for i, token in enumerate(body):
         if token.token_type != TokenType.L_BRACKET:
             continue
@@ -337,14 +344,21 @@ def _puma_window(body: list[Token], source: SqlSource) -> tuple[PumaWindow | Non
         inside = source.text[token.end + 1:body[close].start]
         match = _WINDOW.match(inside)
         size = unit_ms(match.group(2)) if match else None
-        if match is None or size is None or int(match.group(1)) <= 0:
+        step = unit_ms(match.group(4)) if match and match.group(4) else None
+        if (match is None or size is None or int(match.group(1)) <= 0
+                or (match.group(4) and (step is None or int(match.group(3)) <= 0))):
             raise fail(f"`[{inside.strip()}]` is not a window", "write a positive size and a unit, as in "
-                       "[5 minutes], [30 seconds], [1 hour] or [500 milliseconds]", token.start)
-        if window is not None:
+                       "[5 minutes], [30 seconds], [1 hour] or [500 milliseconds] (hopping: [10 seconds ADVANCE BY "
+                       "5 seconds])", token.start)
+        if windows and not joined:
             raise fail("a query has one window", "keep one `[N unit]`", token.start)
-        window = PumaWindow(int(match.group(1)) * size, token.start)
+        slide = int(match.group(3)) * step if step is not None else None
+        if slide is not None and slide > int(match.group(1)) * size:
+            raise fail(f"`[{inside.strip()}]` advances by more than its size: rows between windows would belong "
+                       "to none", "write [size ADVANCE BY slide] with slide <= size", token.start)
+        windows.append(PumaWindow(int(match.group(1)) * size, token.start, slide, body[back].start))
         drop.append((token.start, body[close].end + 1))
-    return window, drop
+    return windows, drop
 
 
 def _parse_error(exc: ParseError, source: SqlSource, start: int) -> SqlError:

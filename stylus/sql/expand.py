@@ -35,7 +35,11 @@ from stylus.config.model import EventTimeSpec, Pipeline, ProcessorSpec, Semantic
 STAGE = "stylus.sql.stage:SqlStage"
 WINDOW_STAGE = "stylus.sql.stage:SqlWindowStage"
 RANK_STAGE = "stylus.sql.final:SqlRankStage"
-STAGE_CLASSES = (STAGE, WINDOW_STAGE, RANK_STAGE)
+LOOKUP_STAGE = "stylus.sql.joinstage:SqlLookupStage"  # JOINs: stylus/sql/joinexpand.py
+STAGE_CLASSES = (STAGE, WINDOW_STAGE, RANK_STAGE, LOOKUP_STAGE, "stylus.sql.joinstage:SqlJoinSide",
+                 "stylus.sql.joinstage:SqlWindowJoinStage",
+                 "stylus.sql.batch:BatchSqlStage", "stylus.sql.batch:BatchSqlWindowStage",  # stylus/sql/batching.py
+                 "stylus.sql.changelog:SqlChangelogStage")  # GROUP BY without a window
 _SOURCE_ONLY = ("idle_timeout", "confidence")  # stylus/config/applicability.py: they shape source watermarks
 
 
@@ -78,7 +82,10 @@ def expand_sql(pipeline: Pipeline) -> tuple[Pipeline, list[Problem]]:
                                         "through, and is declared here too", f"rename the topic `{topic}`"))
             topics[topic] = topic_spec
     expanded = pipeline.model_copy(update={"processors": processors, "topics": topics})
-    return _internal_event_time(expanded), problems
+    from stylus.sql.batching import compile_batches  # which stages run on the batch path (`batch:`)
+
+    expanded, batch_problems = compile_batches(_internal_event_time(expanded))
+    return expanded, problems + batch_problems
 
 
 def _expand(pipeline: Pipeline, name: str,
@@ -99,11 +106,12 @@ def _expand(pipeline: Pipeline, name: str,
         raise _Refused([Problem(where, f"`{display}` is not UTF-8 text", "save it as UTF-8")]) from exc
     from stylus.sql.app import compile_app
     from stylus.sql.errors import SqlError
+    from stylus.sql.joinexpand import join_stages, lookup_tables
     from stylus.sql.source import SqlSource
 
     source = SqlSource(text, display)
     try:
-        app = compile_app(source)
+        app = compile_app(source, lookup_tables(pipeline))
     except SqlError as exc:
         raise _Refused([_at(where, source, p.message, p.fix, p.offset) for p in exc.problems]) from exc
     problems = _check(pipeline, name, spec, app, source)
@@ -112,16 +120,23 @@ def _expand(pipeline: Pipeline, name: str,
     several = len(app.stages) > 1
     stages: dict[str, ProcessorSpec] = {}
     shuffles: dict[str, TopicSpec] = {}
-    read = {s.source.name for s in app.stages}  # tables another table of the app reads
+    read = {s.name for stage in app.stages for s in (stage.source, *stage.also)}  # tables another table reads
     for stage in app.stages:
         stage_name = f"{name}.{stage.table}" if several else name
+        if stage.plan["kind"] in ("lookup", "window_join"):
+            made, internal_topics = join_stages(pipeline, spec, stage, stage_name, display, app.name or name, name,
+                                                internal=stage.table in read)
+            stages.update(made)
+            shuffles.update(internal_topics)
+            continue
         source_topic = pipeline.topics[stage.source.topic]
         spread = source_topic.partitions > 1
         qualify = stage.plan.get("qualify")
         # with QUALIFY on several partitions, the window stage ranks per partition and a last stage merges
         window_name = f"{stage_name}.partial" if qualify and spread else stage_name
         input_topic: str | None = None
-        if stage.windowed and spread and not _partitioned_by_group(stage) and not (qualify and qualify["bounded"]):
+        grouped = stage.windowed or stage.plan["kind"] == "changelog"  # state per group: one partition per group
+        if grouped and spread and not _partitioned_by_group(stage) and not (qualify and qualify["bounded"]):
             # a group's rows must meet in one input partition (window state is per partition): shuffle them
             # by the group's key through a topic of the pipeline's own, as a Stylus pipeline re-keys by hand
             input_topic = f"{pipeline.pipeline}.{stage_name}.shuffle"
@@ -175,10 +190,11 @@ def _check(pipeline: Pipeline, name: str, spec: ProcessorSpec, app: Any, source:
 
     read: set[str] = set()
     for stage in app.stages:
-        if stage.source.input and stage.source.name not in read:
-            read.add(stage.source.name)
-            table = app.text.inputs[stage.source.name]
-            topic_problem(table.topic, table.topic_offset, f"read by input table `{table.name}`")
+        for source_table in (stage.source, *stage.also):
+            if source_table.input and source_table.name not in read:
+                read.add(source_table.name)
+                table = app.text.inputs[source_table.name]
+                topic_problem(table.topic, table.topic_offset, f"read by input table `{table.name}`")
         topic_problem(stage.table, stage.offset, f"the output of table `{stage.table}`")
     windowed = [s for s in app.stages if s.windowed]
     if windowed and spec.semantics.state is None:
@@ -201,7 +217,10 @@ def _check(pipeline: Pipeline, name: str, spec: ProcessorSpec, app: Any, source:
     if spec.event_time is not None and "field" in spec.event_time.model_fields_set:
         problems.append(Problem(f"processors.{name}.event_time.field", "a SQL app's event time is its tables' time "
                                 "column (`TIME col` of CREATE INPUT TABLE)", "remove `field` here"))
-    return problems
+    from stylus.sql.grouped import changelog_problems
+    from stylus.sql.joinexpand import join_problems
+
+    return problems + join_problems(name, spec, app.stages) + changelog_problems(name, spec, app.stages)
 
 
 def _partitioned_by_group(stage: Any) -> bool:
@@ -226,6 +245,9 @@ def _stage_spec(spec: ProcessorSpec, stage: Any, display: str, app_name: str, pr
     if stage.windowed:
         update["event_time"] = EventTimeSpec.model_validate({**timing, "field": source.time_field})
         return spec.model_copy(update=update)
+    if stage.plan["kind"] == "changelog":  # monoid state, the YAML's semantics and backend; no event time
+        return spec.model_copy(update={**update, "class_": "stylus.sql.changelog:SqlChangelogStage",
+                                       "event_time": None})
     if spec.dedup is None:  # a projection keeps no state
         semantics: dict[str, Any] = {"output": spec.semantics.output}
         if "output_ids" in spec.semantics.model_fields_set:
@@ -311,8 +333,8 @@ def _terminal_projections(pipeline: Pipeline) -> Pipeline:
     from stylus.eventtime.topology import publishes
 
     changed = {name: spec.model_copy(update={"event_time": None}) for name, spec in pipeline.processors.items()
-               if spec.class_ == STAGE and spec.event_time is not None
-               and spec.config["sql"]["plan"]["kind"] == "project" and not publishes(pipeline, name)}
+               if spec.class_ in (STAGE, LOOKUP_STAGE) and spec.event_time is not None
+               and spec.config["sql"]["plan"]["kind"] in ("project", "lookup") and not publishes(pipeline, name)}
     if not changed:
         return pipeline
     return pipeline.model_copy(update={"processors": {**pipeline.processors, **changed}})

@@ -19,7 +19,7 @@ Every problem raises `SqlError` at the offset of the offending node, with the fi
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +77,7 @@ class StagePlan:
     windowed: bool
     plan: dict[str, Any]
     schema: Schema  # what later queries read from it
+    also: tuple[Schema, ...] = ()  # the other table a window join reads (stylus/sql/join.py)
 
 
 @dataclass
@@ -97,13 +98,19 @@ def input_schema(table: InputTable) -> Schema:
     return Schema(table.name, table.topic, table.columns, table.time, table.time, table.offset, True, table.key)
 
 
-def plan_app(app: AppText, functions: dict[str, Function]) -> list[StagePlan]:
+def plan_app(app: AppText, functions: dict[str, Function],
+             lookups: Mapping[str, Any] | None = None) -> list[StagePlan]:
     """Plans for every created table, in file order; a table may read any input table or a table created
-    above it."""
+    above it, and a JOIN also the pipeline's `tables:` (`lookups`: name -> `stylus.sql.join.LookupTable`)."""
     schemas: dict[str, Schema] = {name: input_schema(t) for name, t in app.inputs.items()}
     stages: list[StagePlan] = []
     for table in app.tables:
-        stage = _Query(table, schemas, functions).plan()
+        if table.query.args.get("joins"):
+            from stylus.sql.join import plan_join  # it plans with this module's _Query
+
+            stage = plan_join(table, schemas, functions, lookups or {})
+        else:
+            stage = _Query(table, schemas, functions).plan()
         used = _functions_in(stage.plan)
         stage.plan["functions"] = {n: {"path": f.path, "kind": f.kind} for n, f in functions.items() if n in used}
         schemas[table.name] = stage.schema
@@ -179,11 +186,16 @@ class _Query:
         if having is not None:
             aggregated += [having.this]
         if self.window is None:
+            if plain_groups and qualify is None:  # GROUP BY without a window: a changelog table, updated per row
+                from stylus.sql.grouped import plan_changelog  # it reads this query's groups and aggregates
+
+                return plan_changelog(self, items, where_ir, plain_groups, having)
             if aggregated or plain_groups:
                 node = aggregated[0] if aggregated else plain_groups[0]
                 raise fail("an aggregate needs a window: a stream has no end to aggregate over",
                            f"add a window after the table, as in `FROM {self.source.name} [5 minutes]`, or group by "
-                           f"one: `GROUP BY TUMBLE({self.source.time or 'time_col'}, INTERVAL '5' MINUTE), ...`",
+                           f"one: `GROUP BY TUMBLE({self.source.time or 'time_col'}, INTERVAL '5' MINUTE), ...`; or "
+                           "GROUP BY columns for a table of each group's current row (updated per input row)",
                            offset_of(node))
             if qualify is not None:
                 raise fail("QUALIFY ranks the rows of a window, and this query has none",
@@ -240,20 +252,15 @@ class _Query:
                 items.append((node.name, node))
             else:
                 items.append((node.sql(), node))
-        seen: set[str] = set()
-        for name, node in items:
-            if name in seen:
-                raise fail(f"two output columns are named `{name}`", "give one of them another name with AS",
-                           offset_of(node) or self.table.offset)
-            seen.add(name)
-        return items
+        return unique_names(items, self.table.offset)
 
     # ------------------------------------------------------------------ windows
     def _window(self, group_exprs: list[exp.Expr]) -> _Window | None:
         found: _Window | None = None
         puma = self.table.window
         if puma is not None:
-            found = _Window("tumbling", puma.size, puma.size, self._time_column(None, puma.offset), puma.offset)
+            found = _Window("tumbling" if puma.slide is None else "hopping", puma.size, puma.slide or puma.size,
+                            self._time_column(None, puma.offset), puma.offset)
         for node in group_exprs:
             name = _lower_name(node)
             if name == "session":
@@ -666,3 +673,14 @@ class _Query:
             else:
                 select.append([name, self._post(node)])
         return {"kind": "rank", "select": select, "score": score, "item": item, "k": k}
+
+
+def unique_names(items: list[tuple[str, exp.Expr]], offset: int | None) -> list[tuple[str, exp.Expr]]:
+    """`items` (output name, expression), refused when two share a name: a row has one value per column."""
+    seen: set[str] = set()
+    for name, node in items:
+        if name in seen:
+            raise fail(f"two output columns are named `{name}`", "give one of them another name with AS",
+                       offset_of(node) or offset)
+        seen.add(name)
+    return items

@@ -148,7 +148,7 @@ class SqlWindowStage(WindowedProcessor):
         plan = plan_of(config)
         udfs, udafs = load(plan.get("functions") or {})
         spec = plan["window"]
-        self.window = Tumbling(spec["size"]) if spec["type"] == "tumbling" else Hopping(spec["size"], spec["slide"])
+        self.window = window_of(spec)
         self._kind = plan["kind"]
         self._where = compile_expr(plan["where"], udfs) if plan.get("where") is not None else None
         self._n_groups = len(plan["group"])
@@ -332,3 +332,8 @@ def _aggregate_input(spec: dict[str, Any], udfs: dict[str, Any]) -> Fn:
     if len(args) == 1:
         return args[0]
     return lambda v: [f(v) for f in args]
+
+
+def window_of(spec: Mapping[str, Any]) -> Tumbling | Hopping:
+    """The window assigner a plan's `window` entry names."""
+    return Tumbling(spec["size"]) if spec["type"] == "tumbling" else Hopping(spec["size"], spec["slide"])

@@ -143,22 +143,19 @@ class StateMap(MutableMapping[str, Any]):
     def get_many(self, keys: Sequence[str], default: Any = None) -> list[Any]:
         """The values of `keys`, in order (`default` for an absent one): unsaved and cached values from memory,
         the rest in one multi-get from the KV. A batch processor reads every key its batch touches so."""
-        out = list(map(self._dirty.get, keys, repeat(_MISSING)))
-        if _MISSING in out:
+        dirty = self._dirty
+        out = list(map(dirty.get, keys, repeat(_MISSING)))
+        if _MISSING in out:  # unsaved, else cached: both looked up in C
             values = self._values
-            load: list[int] = []
-            for i, value in enumerate(out):
-                if value is _MISSING:
-                    value = out[i] = values.get(keys[i], _MISSING)
-                    if value is _MISSING:
-                        load.append(i)
+            out = list(map(dirty.get, keys, map(values.get, keys, repeat(_MISSING))))
+            load = [i for i, value in enumerate(out) if value is _MISSING] if _MISSING in out else None
             if load:
                 names = [keys[i] for i in load]
                 for name in names:
                     if not isinstance(name, str):
                         raise key_type_error(name)
                 for i, name, raw in zip(load, names, self._kv.get_many([state_key(n) for n in names]), strict=True):
-                    value = out[i] = values[name] = _DELETED if raw is None else orjson.loads(raw)
+                    out[i] = values[name] = _DELETED if raw is None else orjson.loads(raw)
         return [default if value is _DELETED else value for value in out] if _DELETED in out else out
 
     def set_many(self, mapping: Mapping[str, Any]) -> None:

@@ -10,8 +10,9 @@ lookup (docs/tables.md, "Serving").
   rebalances, and whenever ownership is not certain, the answer is 503 with Retry-After, never a value that
   might be wrong.
 
-Threads: the Kafka side (membership, catch-up, following) runs on the thread that calls `run`; HTTP request
-threads only read the copies and the `ready` set, which the Kafka side replaces whole.
+Threads: the Kafka side (membership, catch-up, following, describing the group) runs on the thread that
+calls `run`; the HTTP side (stylus/tables/http.py, its own thread) only reads the copies, the `ready` set
+and the owners' map, which the Kafka side replaces whole.
 """
 
 from __future__ import annotations
@@ -84,7 +85,9 @@ class ServingInstance:
         """Until `stop`: keep the group membership and apply what arrives on the tables' topics."""
         while not self.stop.is_set():
             if self.consumer is not None:
-                self.consumer.poll(0.05)  # partitions paused: callbacks and heartbeats only
+                # partitions paused: callbacks and heartbeats only; shorter while a description is awaited
+                self.consumer.poll(0.005 if self.owners.waiting else 0.05)
+                self.owners.refresh()
             self.registry.follower.poll(0.05 if self.consumer is None else 0.0)
 
     def close(self) -> None:

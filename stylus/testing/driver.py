@@ -71,6 +71,27 @@ class TestDriver:
              partition: int | None = None) -> Record:
         """Produce one record (encoded by the topic's serde, `bytes` as they are; partitioned by murmur2 of its
         key like every producer of the runtime) and process it through every stage. Returns it as written."""
+        record = self._append(topic, value, key, timestamp, headers, partition)
+        self._pump()
+        return record
+
+    def send_many(self, topic: str, values: Iterable[Any], keys: Iterable[str | bytes | None] | None = None,
+                  timestamp: int | None = None) -> list[Record]:
+        """Produce several records (each as `send` would; `keys`, one per value, default none), then process them:
+        every stage reads them in one consumed batch, as a worker reads a backlog (a batch processor gets them as
+        one batch per partition)."""
+        values = list(values)
+        key_list = list(keys) if keys is not None else [None] * len(values)
+        if len(key_list) != len(values):
+            raise ValueError(f"{len(key_list)} keys for {len(values)} values")
+        written = [self._append(topic, value, key, timestamp, None, None)
+                   for value, key in zip(values, key_list, strict=True)]
+        self._pump()
+        return written
+
+    def _append(self, topic: str, value: Any, key: str | bytes | None, timestamp: int | None,
+                headers: Mapping[str, str | bytes] | list[tuple[str, str | bytes]] | None,
+                partition: int | None) -> Record:
         spec = self.pipeline.topics.get(topic)
         if spec is None:
             raise KeyError(f"`{topic}` is not declared under `topics:`; declared: {sorted(self.pipeline.topics)}")
@@ -79,7 +100,6 @@ class TestDriver:
         stamp = self.time if timestamp is None else int(timestamp)
         part = self.topics.pick_partition(topic, raw_key, partition)
         entry = self.topics.append(topic, part, raw_key, data, stamp, header_pairs(headers))
-        self._pump()
         return decoded(self.pipeline, topic, part, entry.offset, raw_key, data, stamp, entry.headers)
 
     def advance_watermark(self, watermark: int) -> None:

@@ -24,6 +24,13 @@ class Keep(BatchProcessor):
         ctx.forward(batch.filter(pc.is_in(batch.column("type"), pa.array(KEEP))))
 
 
+class KeepMask(Keep):
+    """`Keep` forwarding by a mask over the batch instead of a filtered table."""
+
+    def process_batch(self, batch: Any, ctx: Any) -> None:
+        ctx.forward(pc.is_in(batch.column("type"), pa.array(KEEP)))
+
+
 class KeepPerRecord(Processor):
     def process(self, record: Any, ctx: Any) -> None:
         if record.value["type"] in KEEP:

@@ -164,6 +164,83 @@ def test_forward_emits_the_records_as_read_across_offset_gaps() -> None:
     assert task.next_offset == 11
 
 
+class ForwardMask(BatchProcessor):
+    """Forwards the rows whose `n` is even, by a mask of the kind `kind` names (a null `n` is a null in the mask:
+    not forwarded); fails a batch holding a `fail` row."""
+
+    kind = "arrow"
+
+    def process_batch(self, batch: Any, ctx: Any) -> None:
+        even = pc.equal(pc.bit_wise_and(batch.column("n"), 1), 0)
+        mask: Any = {"arrow": even, "numpy": even.to_numpy(zero_copy_only=False) if not even.null_count else None,
+                     "chunked": pa.chunked_array([even])}[self.kind]
+        if mask is None:
+            mask = pc.fill_null(even, False).to_numpy(zero_copy_only=False)
+        ctx.forward(mask)
+        if "fail" in batch.column_names and pc.any(pc.fill_null(batch.column("fail"), False)).as_py():
+            raise ValueError("fail")
+
+
+@pytest.mark.parametrize("kind", ["arrow", "numpy", "chunked"])
+def test_forward_takes_a_mask_over_the_batch_and_its_halves(kind: str) -> None:
+    """A mask selects rows of the batch in progress, also of the halves bisection hands the processor."""
+    processor = ForwardMask()
+    processor.kind = kind
+    failures = Recorder()
+    _, engine, sink, task = setup(processor, failures=failures)
+    values = [{"n": i, **({"fail": True} if i == 5 else {})} for i in range(12)]
+    values[8] = {"n": None}
+    msgs = messages(values)
+    msgs[11] = RawMessage("in", 0, 20, b"k", orjson.dumps(values[11]), 1011)  # an offset gap
+    engine.process_messages(msgs, lambda t, p: task)
+    assert [m.offset() for m, _, _ in failures.calls] == [5]
+    assert [o.value["n"] for o in sink.outputs] == [0, 2, 4, 6, 10]
+    assert [o.timestamp for o in sink.outputs] == [1000, 1002, 1004, 1006, 1010]
+
+
+class ForwardWrong(BatchProcessor):
+    """Forwards rows that are not the batch's: an offset past it, or a mask of the wrong length."""
+
+    wrong = "offset"
+
+    def process_batch(self, batch: Any, ctx: Any) -> None:
+        if self.wrong == "offset":
+            ctx.forward(pa.table({"offset": pc.add(batch.column("offset"), 100)}))
+        else:
+            ctx.forward(pa.array([True] * (batch.num_rows + 1)))
+
+
+@pytest.mark.parametrize("wrong", ["offset", "mask"])
+def test_forward_refuses_rows_that_are_not_the_batchs(wrong: str) -> None:
+    processor = ForwardWrong()
+    processor.wrong = wrong
+    failures = Recorder()
+    _, engine, sink, task = setup(processor, failures=failures)
+    engine.process_messages(messages([{"n": 1}, {"n": 2}]), lambda t, p: task)
+    assert [m.offset() for m, _, _ in failures.calls] == [0, 1] and not sink.outputs
+    assert all("batch" in message for _, _, message in failures.calls)
+
+
+def test_forward_of_keyless_records_and_tombstones_checks_sizes() -> None:
+    """Forwarded records without a key or a value are produced as they are; one the producer would refuse fails
+    its own record."""
+    pipeline = parse_pipeline(DOC.format(cls="tests.apps.batch:Keep", serde="json", extra=""))
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "linger.ms": 60_000, "log_level": 0})
+    sink = KafkaSink(producer, pipeline, ("out",), hold=True, max_bytes=10_000)
+    failures = Recorder()
+    processor = Seen()
+    processor.forward = True
+    engine = engine_for(processor, "p", pipeline.processors["p"], pipeline, sink, failures)
+    task = PartitionTask("in", 0, PartitionStore(MemoryKV()))
+    big = orjson.dumps({"pad": "x" * 20_000})
+    msgs = [RawMessage("in", 0, 0, None, b'{"a":1}', 1000), RawMessage("in", 0, 1, b"k", None, 1001),
+            RawMessage("in", 0, 2, None, big, 1002), RawMessage("in", 0, 3, b"k", b'{"a":4}', 1003)]
+    engine.process_messages(msgs, lambda t, p: task)
+    assert [m.offset() for m, _, _ in failures.calls] == [2]
+    assert [(item[1], item[2], item[6]) for item in sink.held] == [
+        (b'{"a":1}', None, 1000), (None, b"k", 1001), (b'{"a":4}', b"k", 1003)]
+
+
 @pytest.mark.parametrize("size", [1, 2, 63, 64, 500])
 def test_bisection_dead_letters_the_failing_records_and_processes_the_rest_once(size: int) -> None:
     failures = Recorder()
@@ -256,6 +333,16 @@ def test_control_records_move_the_clock_and_never_reach_the_processor() -> None:
     assert engine.process_messages(msgs, lambda t, p: task) == 2
     assert processor.batches[0].column("offset").to_pylist() == [0, 2]
     assert engine.control_records == 1 and clock_of(task).reports == {"up": {"x:0": 77}}
+
+
+def test_a_run_of_control_records_only_moves_the_clock_and_the_offset() -> None:
+    processor = Seen()
+    _, engine, _, task = setup(processor)
+    marks = [orjson.dumps({"proc": "up", "inst": "0", "parts": ["x:0"], "wm": wm}) for wm in (77, 99)]
+    msgs = [RawMessage("in", 0, i, None, mark, 0, list(CONTROL_HEADERS)) for i, mark in enumerate(marks)]
+    assert engine.process_messages(msgs, lambda t, p: task) == 0
+    assert processor.batches == [] and task.next_offset == 2
+    assert clock_of(task).reports == {"up": {"x:0": 99}}
 
 
 def test_late_rows_are_handled_by_the_late_policy_and_left_out_of_the_batch() -> None:

@@ -5,6 +5,7 @@ other record processed once, and batch windows equal to per-record windows."""
 from __future__ import annotations
 
 import random
+import re
 import threading
 from collections import defaultdict
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from stylus.config.model import FIGURE8_PAIRS, Pipeline
 from stylus.core.batch.engine import BatchEngine
+from stylus.runtime.transactions import ID_HEADER
 from stylus.runtime.worker import Worker
 from stylus.state.kv import RocksKV
 from stylus.state.store import PartitionStore
@@ -117,21 +119,32 @@ def test_running_totals_equal_the_per_record_processor(bootstrap: str, pipeline_
     assert states(tmp_path / "state", pipeline, "b") == states(tmp_path / "state", pipeline, "r")
 
 
-def test_filter_forwards_the_input_bytes(bootstrap: str, pipeline_factory: PipelineFactory) -> None:
-    _, pipeline = two_processors(pipeline_factory, "tests.apps.batch:Keep", "tests.apps.batch:KeepPerRecord",
-                                 ("at_least_once", "at_least_once"))
+@pytest.mark.parametrize("output", ["at_least_once", "exactly_once"])
+@pytest.mark.parametrize("cls", ["Keep", "KeepMask"])
+def test_filter_forwards_the_input_bytes(bootstrap: str, pipeline_factory: PipelineFactory, cls: str,
+                                         output: str) -> None:
+    """A table of rows or a mask: the kept records' bytes as read, keyed and timed as the per-record twin's; with
+    record ids (exactly-once output), each forwarded record's id names its own input offset."""
+    _, pipeline = two_processors(pipeline_factory, f"tests.apps.batch:{cls}", "tests.apps.batch:KeepPerRecord",
+                                 ("exactly_once" if output == "exactly_once" else "at_least_once", output))
+    ids = "always" if output == "exactly_once" else "auto"
     pipeline = with_bootstrap(pipeline.model_copy(update={"processors": {
-        n: p.model_copy(update={"semantics": p.semantics.model_copy(update={"state": None})})
+        n: p.model_copy(update={"semantics": p.semantics.model_copy(update={"state": None, "output_ids": ids})})
         for n, p in pipeline.processors.items()}}), bootstrap)
     values = feed(bootstrap, pipeline.processors["b"].inputs[0], 3000, seed=2)
     run_workers(pipeline, "b", "r")
     sent = {v["id"]: v for v in values if v["type"] in KEEP}
     forwarded = read_raw(bootstrap, pipeline.processors["b"].outputs[0])
     assert sorted(orjson.loads(m.value())["id"] for m in forwarded) == sorted(sent)
-    raw = {orjson.loads(m.value())["id"]: m.value() for m in read_raw(bootstrap, pipeline.processors["b"].inputs[0])}
-    assert all(m.value() == raw[orjson.loads(m.value())["id"]] for m in forwarded)  # the bytes as read
+    inputs = {orjson.loads(m.value())["id"]: m for m in read_raw(bootstrap, pipeline.processors["b"].inputs[0])}
+    assert all(m.value() == inputs[orjson.loads(m.value())["id"]].value() for m in forwarded)  # the bytes as read
     assert per_key(bootstrap, pipeline.processors["b"].outputs[0]) == per_key(
         bootstrap, pipeline.processors["r"].outputs[0])
+    if output == "exactly_once":
+        for m in forwarded:
+            stamped = re.search(rb"(\d+):(\d+)$", dict(m.headers() or [])[ID_HEADER])
+            assert stamped is not None
+            assert (int(stamped[1]), int(stamped[2])) == (inputs[orjson.loads(m.value())["id"]].offset(), 0)
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids=_id)

@@ -30,13 +30,17 @@ FAR = BASE + 10**9  # a watermark past every window
 
 
 def write_app(directory: Path, sql: str, *, topics: dict[str, int], processor: dict[str, Any] | None = None,
-              name: str = "app", pipeline: str = "sqltest", file: str = "app.sql") -> Path:
-    """`directory/app.sql` and `directory/pipeline.yaml` with one `sql:` processor; returns the YAML's path."""
+              name: str = "app", pipeline: str = "sqltest", file: str = "app.sql",
+              tables: dict[str, Any] | None = None) -> Path:
+    """`directory/app.sql` and `directory/pipeline.yaml` with one `sql:` processor (and `tables:`, for lookup
+    joins); returns the YAML's path."""
     (directory / file).write_text(sql)
     settings = {"semantics": {"state": "exactly_once", "output": "at_least_once"},
                 "state": {"dir": str(directory / "state")}}
     doc = {"pipeline": pipeline, "topics": {t: {"partitions": n} for t, n in topics.items()},
            "processors": {name: {"sql": file, **settings, **(processor or {})}}}
+    if tables:
+        doc["tables"] = tables
     path = directory / "pipeline.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

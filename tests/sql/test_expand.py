@@ -23,7 +23,7 @@ WINDOWED = INPUT.format(events="events") + "CREATE TABLE out AS SELECT category,
 
 def test_an_app_of_several_tables_runs_one_processor_per_table(tmp_path: Path) -> None:
     path = write_app(tmp_path, TWO_TABLES, topics={"events": 1, "hot": 1, "out": 1},
-                     processor={"event_time": {"allowed_lateness": "5s"}})
+                     processor={"event_time": {"allowed_lateness": "5s"}, "batch": "never"})  # per record
     pipeline = load_pipeline(path)
     assert list(pipeline.processors) == ["app.hot", "app.out"]
     hot, out = pipeline.processors["app.hot"], pipeline.processors["app.out"]
@@ -42,7 +42,8 @@ def test_an_app_of_several_tables_runs_one_processor_per_table(tmp_path: Path) -
 
 def test_a_projection_alone_is_stateless_with_the_yaml_output(tmp_path: Path) -> None:
     path = write_app(tmp_path, INPUT.format(events="events") + "CREATE TABLE out AS SELECT event FROM events_score;",
-                     topics={"events": 2, "out": 1}, processor={"semantics": {"output": "at_least_once"}})
+                     topics={"events": 2, "out": 1},
+                     processor={"semantics": {"output": "at_least_once"}, "batch": "never"})
     (spec,) = load_pipeline(path).processors.values()
     assert spec.class_ == STAGE and spec.semantics.pair == (None, "at_least_once")
 

@@ -5,6 +5,7 @@ rebalances, never a wrong value."""
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -73,6 +74,19 @@ def servers() -> Iterator[list[Server]]:
         server.stop()
 
 
+def _established(pid: int, port: int) -> int:
+    """How many established TCP connections process `pid` has to `port` (from /proc: no tool needed)."""
+    fds = Path(f"/proc/{pid}/fd")
+    inodes = {link[len("socket:["):-1] for fd in fds.iterdir() if (link := os.readlink(fd)).startswith("socket:[")}
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            remote_port, state, inode = int(fields[2].rpartition(":")[2], 16), fields[3], fields[9]
+            count += remote_port == port and state == "01" and inode in inodes  # 01: ESTABLISHED
+    return count
+
+
 def _all_correct(server: Server, table: dict[str, Any]) -> bool:
     for key, value in table.items():
         answer = server.get("dims", key)
@@ -94,6 +108,8 @@ def test_two_instances_answer_every_key_and_a_tombstone_makes_it_404(
     served_by = {server.url: {server.get("dims", k).headers["X-Stylus-Served-By"] for k in table}
                  for server in (a, b)}
     assert all(len(owners) == 2 for owners in served_by.values()), served_by  # each forwarded to the other
+    # each asked by one kept-alive client connection: its forwards to the other shared one connection too
+    assert _established(a.proc.pid, b.port) == 1 and _established(b.proc.pid, a.port) == 1
     assert a.get("flags", "on").json() == {"flag": True} == b.get("flags", "on").json()  # global: both hold it
     for server in (a, b):
         missing = server.get("dims", "nope")

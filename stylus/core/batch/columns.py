@@ -14,8 +14,9 @@ and never guesses a type (no timestamp inference, no int-to-float widening, no f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from operator import attrgetter
+from collections.abc import Callable, Sequence
+from itertools import repeat
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -47,30 +48,66 @@ class Run:
         self.timestamps: list[int]
         self.offsets: Sequence[int]  # a range when contiguous
         self.headers: list[Any]
-        if set(map(type, msgs)) == {RawMessage}:  # a backfill's archive records, tests: read the slots directly
+        kinds = set(map(type, msgs))
+        if not msgs:  # a run of control records only, once they are taken out
+            self.values, self.keys, self.timestamps, self.headers, self.offsets = [], [], [], [], range(0)
+            return
+        if kinds == {RawMessage}:  # a backfill's archive records, tests: read the slots directly
             self.values, self.keys, self.timestamps, self.offsets, self.headers = (
                 list(map(get, msgs)) for get in _SLOTS)
             return
-        self.values = [m.value() for m in msgs]
-        self.keys = [m.key() for m in msgs]
+        if len(kinds) == 1:  # one class (confluent-kafka's Message): its accessors mapped in C
+            kind: Any = kinds.pop()
+            self.values, self.keys, self.headers = (list(map(get, msgs)) for get in (kind.value, kind.key,
+                                                                                       kind.headers))
+        else:
+            self.values = [m.value() for m in msgs]
+            self.keys = [m.key() for m in msgs]
+            self.headers = [m.headers() for m in msgs]
         self.timestamps = [m.timestamp()[1] for m in msgs]
         first, last = msgs[0].offset(), msgs[-1].offset()
         # offsets rise within a partition: first..last with no gap is every offset in between, read from no message
         self.offsets = range(first, last + 1) if last - first == len(msgs) - 1 else [m.offset() for m in msgs]
-        self.headers = [m.headers() for m in msgs]
 
     def without(self, drop: Sequence[int]) -> Run:
         """The run less the messages at `drop` (control records)."""
         gone = set(drop)
         return Run([m for i, m in enumerate(self.msgs) if i not in gone])
 
-    def positions(self, offsets: Sequence[int]) -> list[int]:
-        """Where the records of `offsets` are in the run."""
-        first = self.offsets[0]
-        if self.offsets[-1] - first == len(self.offsets) - 1:  # contiguous (no control records or gaps)
-            return [offset - first for offset in offsets]
-        where = {offset: i for i, offset in enumerate(self.offsets)}
-        return [where[offset] for offset in offsets]
+    def picker(self, offsets: Any) -> Callable[[Sequence[Any]], Sequence[Any]]:
+        """A function that takes, from a sequence of the run's records (its `values`, `keys`, ...), the items of
+        the records at `offsets` (an Arrow integer array, at least one), in C. Raises for an offset that is not
+        a record of the run."""
+        first, last = self.offsets[0], self.offsets[-1]
+        if offsets.null_count == 0 and last - first == len(self.offsets) - 1:  # contiguous: arithmetic
+            array = offsets.to_numpy()
+            low, high = int(array.min()), int(array.max())
+            if low < first or high > last:
+                raise ValueError(f"offset {low if low < first else high} is not a record of this batch "
+                                 f"(offsets {first}..{last}): forward rows of the batch")
+            where = (array - first).tolist()
+        else:
+            index = {offset: i for i, offset in enumerate(self.offsets)}
+            missing = [o for o in offsets.to_pylist() if o not in index]
+            if missing:
+                raise ValueError(f"offset {missing[0]} is not a record of this batch: forward rows of the batch")
+            where = [index[offset] for offset in offsets.to_pylist()]
+        return getter(where)
+
+
+def getter(where: list[int]) -> Callable[[Sequence[Any]], Sequence[Any]]:
+    """A function that takes the items at `where` (at least one) from a sequence, in C."""
+    if len(where) == 1:
+        at = where[0]
+        return lambda items: (items[at],)
+    return itemgetter(*where)
+
+
+def is_mask(rows: Any) -> bool:
+    """Whether `rows` is a boolean array (pyarrow or NumPy) rather than a table of rows."""
+    if isinstance(rows, np.ndarray):
+        return rows.dtype == np.bool_
+    return isinstance(rows, (pa.Array, pa.ChunkedArray)) and pa.types.is_boolean(rows.type)
 
 
 def decode_values(values: list[bytes | None], serde: str) -> tuple[list[Any], list[tuple[int, Exception]]]:
@@ -121,13 +158,15 @@ def headers_array(headers: list[Any]) -> pa.Array:
     return pa.array([h or None for h in headers], HEADERS_TYPE)
 
 
-def value_fields(values: list[Any], fields: Sequence[str] | None) -> list[str] | None:
-    """The top-level fields to make columns of when every value is a JSON object or null, else None."""
-    if set(map(type, values)) - {dict, type(None)}:
+def value_fields(values: list[Any], fields: Sequence[str] | None, kinds: set[type] | None = None) -> list[str] | None:
+    """The top-level fields to make columns of when every value is a JSON object or null, else None. `kinds`:
+    the values' types, when the caller has them."""
+    kinds = set(map(type, values)) if kinds is None else kinds
+    if kinds - {dict, type(None)}:
         return None
     if fields is not None:
         return list(fields)
-    objects = [v for v in values if v is not None] if None in values else values
+    objects = [v for v in values if v is not None] if type(None) in kinds else values
     if not objects:
         return []
     first = objects[0]
@@ -155,17 +194,19 @@ def record_batch(run: Run, rows: Sequence[int] | None, decoded: list[Any], serde
         else pa.array(offsets, pa.int64())
     arrays = [key_array(keys), pa.array(stamps, pa.int64()), offset_array, headers_array(headers)]
     names = list(META_COLUMNS)
-    columns = value_fields(values, fields) if serde == "json" else None
+    kinds = set(map(type, values)) if serde == "json" else None
+    columns = value_fields(values, fields, kinds) if kinds is not None else None
     if columns is None:
         arrays.append(to_array(values, pa.string() if serde == "string" else pa.binary() if serde == "bytes"
                                else None))
         names.append("value")
     else:
-        for name in columns:
-            arrays.append(to_array([None if v is None else v.get(name) for v in values]))
+        nulls = type(None) in kinds  # type: ignore[operator]  # kinds is set for json
+        for name in columns:  # no null (the common case): one C-level pass per field
+            arrays.append(to_array([None if v is None else v.get(name) for v in values] if nulls
+                                   else list(map(dict.get, values, repeat(name)))))
             names.append(RENAMED + name if name in META_COLUMNS else name)
-    batch = pa.RecordBatch.from_arrays(arrays, names=names)
-    return batch.replace_schema_metadata({META: _META_VALUE})
+    return pa.RecordBatch.from_arrays(arrays, names=names, metadata={META: _META_VALUE})
 
 
 def meta_columns(schema: pa.Schema) -> frozenset[str]:

@@ -10,12 +10,14 @@ and is split leaves nothing behind.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from stylus.core.batch.columns import Run
+import numpy as np
+
+from stylus.core.batch.columns import Run, getter, is_mask
 from stylus.core.batch.encode import Table, check_sizes, encode_values, int_list, key_bytes, value_columns
 from stylus.core.engine import EngineContext
 from stylus.serde import decoder
@@ -29,9 +31,9 @@ class Rows(NamedTuple):
     them without a tuple per row (a held output gets one: `tuples`)."""
 
     topic: str
-    values: list[Any]
-    keys: list[bytes | None]
-    stamps: list[int]
+    values: Sequence[Any]
+    keys: Sequence[bytes | None]
+    stamps: Sequence[int]
 
     def tuples(self) -> Iterator[tuple[Any, ...]]:
         """The rows as `produce`'s positional arguments (held output)."""
@@ -39,7 +41,7 @@ class Rows(NamedTuple):
 
 
 class BatchContext(EngineContext):
-    __slots__ = ("_run", "_serdes", "_timers", "event_times")
+    __slots__ = ("_decoded", "_run", "_serdes", "_timers", "_where", "event_times")
 
     def __init__(self, engine: BatchEngine, name: str, default_topic: str | None, serdes: Mapping[str, str]) -> None:
         super().__init__(engine, name, default_topic)
@@ -47,6 +49,8 @@ class BatchContext(EngineContext):
         self._run: Run | None = None  # the run whose rows `forward` emits
         self._timers: list[tuple[str, int]] | None = None  # timers set by the batch in progress
         self.event_times: Any = None  # while process_batch runs: its rows' event times (Int64Array)
+        self._decoded: list[Any] | None = None  # the run's decoded values, and the batch's rows among them
+        self._where: Sequence[int] | None = None
 
     @property
     def topic(self) -> str | None:
@@ -57,6 +61,18 @@ class BatchContext(EngineContext):
     def partition(self) -> int | None:
         """The input partition of the batch (or timer) in progress."""
         return self._task.partition if self._task is not None else None
+
+    @property
+    def values(self) -> list[Any]:
+        """The batch's values as the topic's serde decoded them, one per row: the Python objects its columns were
+        made from (a JSON number keeps its int or float, a field keeps its absence). While `process_batch` runs."""
+        decoded, where = self._decoded, self._where
+        if decoded is None or where is None:
+            raise RuntimeError("`values` are the rows of the batch in progress: read them in `process_batch`")
+        first, last = where[0], where[-1]
+        if last - first == len(where) - 1:  # contiguous rows (no late row left out): a slice
+            return decoded if first == 0 and last == len(decoded) - 1 else decoded[first:last + 1]
+        return [decoded[i] for i in where]
 
     # ---------------------------------------------------------------- outputs
     def emit_batch(self, table: Table, key: Any = None, topic: str | None = None, timestamp: Any = None) -> None:
@@ -75,17 +91,44 @@ class BatchContext(EngineContext):
             origins = int_list(table, None, self.record.offset if self.record is not None else -1, meta="offset")
         self._put(target, values, keys, stamps, origins, value_bytes + key_bytes_)
 
-    def forward(self, rows: Table, topic: str | None = None) -> None:
-        """The input records of `rows` (rows of the batch, found by their `offset` column) emitted unchanged:
-        the value bytes as read (no encoding), the key and the timestamp."""
+    def forward(self, rows: Any, topic: str | None = None) -> None:
+        """The input records of `rows` emitted unchanged: the value bytes as read (no encoding), the key and the
+        timestamp. `rows`: a table derived from the batch (its `offset` column names the records), or a boolean
+        mask over the batch in progress (a pyarrow or NumPy boolean array, one per row; null is false), which
+        spares filtering the batch's columns."""
         target = self._target(topic)
         run = self._run
         if run is None:
             raise RuntimeError("`forward` emits input records: call it from `process_batch`")
-        offsets = rows.column("offset").to_pylist()
-        where = run.positions(offsets)
-        self._put(target, list(map(run.values.__getitem__, where)), list(map(run.keys.__getitem__, where)),
-                  list(map(run.timestamps.__getitem__, where)), offsets)
+        if is_mask(rows):
+            where = self._masked(rows)
+            if not where:
+                return
+            pick = getter(where)
+            origins = [run.offsets[i] for i in where] if self._stamp is not None else None
+        else:
+            offsets = rows.column("offset")
+            if not len(offsets):
+                return
+            pick = run.picker(offsets)
+            origins = offsets.to_pylist() if self._stamp is not None else None  # only outputs with ids name them
+        self._put(target, pick(run.values), pick(run.keys), pick(run.timestamps), origins)
+
+    def _masked(self, mask: Any) -> list[int]:
+        """The run positions of the batch's rows where `mask` is true."""
+        rows = self._where
+        if rows is None:
+            raise RuntimeError("a mask selects rows of the batch in progress: forward it from `process_batch`")
+        flags = mask if isinstance(mask, np.ndarray) else mask.to_numpy(zero_copy_only=False)
+        if len(flags) != len(rows):
+            raise ValueError(f"the mask has {len(flags):,} values for a batch of {len(rows):,} rows: compute it "
+                             "over the batch `process_batch` got")
+        if flags.dtype != np.bool_:  # nulls (pyarrow gives objects then): false
+            flags = np.array([bool(flag) for flag in flags], dtype=np.bool_)
+        chosen = np.flatnonzero(flags)
+        if isinstance(rows, range) and rows.step == 1:
+            return (chosen + rows.start).tolist()
+        return [rows[i] for i in chosen.tolist()]
 
     def _target(self, topic: str | None) -> str:
         target = topic or self._default_topic
@@ -95,8 +138,8 @@ class BatchContext(EngineContext):
             raise ValueError(f"emitted to `{target}`, which is not among the processor's outputs")
         return target
 
-    def _put(self, target: str, values: list[Any], keys: list[bytes | None], stamps: list[int],
-             origins: list[int] | None, bound: int | None = None) -> None:
+    def _put(self, target: str, values: Sequence[Any], keys: Sequence[bytes | None], stamps: Sequence[int],
+             origins: Sequence[int] | None, bound: int | None = None) -> None:
         """The rows as outputs to `target`, in the format the sink in use takes (see the module docstring)."""
         fixed = self._fixed
         parts = fixed.get(target) if fixed else None  # an `all` / `global` output's partitions

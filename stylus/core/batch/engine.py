@@ -15,7 +15,7 @@ and timers never released) and split in halves, recursively, down to the records
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from itertools import groupby
 from typing import Any
 
@@ -42,7 +42,10 @@ def partition_runs(msgs: list[Any], multi_topic: bool) -> list[tuple[tuple[str, 
         keys: list[Any] = [(m.topic(), m.partition()) for m in msgs]
     else:
         topic = msgs[0].topic()
-        keys = [m.partition() for m in msgs]
+        try:  # one class (confluent-kafka's Message): its accessor mapped in C
+            keys = list(map(type(msgs[0]).partition, msgs))
+        except (TypeError, AttributeError):  # messages of several kinds (tests)
+            keys = [m.partition() for m in msgs]
     runs: dict[Any, list[Any]] = {}
     pos = 0
     for key, group in groupby(keys):
@@ -81,7 +84,7 @@ class BatchEngine(Engine):
                 count += self._run(task_for(topic, partition), topic, Run(run))
         finally:
             ctx._pending = ctx._direct = ctx._stamp = ctx.record = None
-            ctx._run = ctx._timers = ctx.event_times = None
+            ctx._run = ctx._timers = ctx.event_times = ctx._decoded = ctx._where = None
         if dedup is not None:
             count += dedup.batch_dropped
         return count
@@ -129,9 +132,9 @@ class BatchEngine(Engine):
 
     def _segment(self, task: PartitionTask, topic: str, run: Run, decoded: list[Any], lo: int, hi: int) -> int:
         """Records lo..hi of the run, all decoded: the batch, event time and late rows, then `process_batch`."""
-        rows: list[int] | None = None if lo == 0 and hi == len(run.msgs) else list(range(lo, hi))
+        rows: range | None = None if lo == 0 and hi == len(run.msgs) else range(lo, hi)
         batch = record_batch(run, rows, decoded, self.serdes[topic], self.fields)
-        where = rows if rows is not None else list(range(lo, hi))
+        where: Sequence[int] = range(lo, hi)
         event_times = None
         handled = 0
         if self.track_time:
@@ -151,10 +154,10 @@ class BatchEngine(Engine):
                     batch, times = batch.filter(pa.array(keep)), times[keep]
                     where = [where[j] for j in np.flatnonzero(keep).tolist()]
             event_times = pa.array(times)
-        self.ctx._run = run
+        self.ctx._run, self.ctx._decoded = run, decoded
         return handled + self._attempt(task, run, batch, where, event_times)
 
-    def _event_times(self, run: Run, batch: pa.RecordBatch, decoded: list[Any], where: list[int]) -> np.ndarray:
+    def _event_times(self, run: Run, batch: pa.RecordBatch, decoded: list[Any], where: Sequence[int]) -> np.ndarray:
         """Each row's event time, as the per-record engine takes it (`event_time.field`, else the record
         timestamp): from the field's column when it holds integers only, else record by record."""
         field = self.event_field
@@ -184,7 +187,7 @@ class BatchEngine(Engine):
         return self.late(run.msgs[i], text, decoded[i], event_time, mark, self.ctx._sink)
 
     # ---------------------------------------------------------------- a batch, and its bisection
-    def _attempt(self, task: PartitionTask, run: Run, batch: pa.RecordBatch, where: list[int],
+    def _attempt(self, task: PartitionTask, run: Run, batch: pa.RecordBatch, where: Sequence[int],
                  event_times: pa.Int64Array | None) -> int:
         """`process_batch` over `batch` (the run's records at `where`), all or nothing; on failure, each half
         again, down to single records. Returns the records handled."""
@@ -195,7 +198,7 @@ class BatchEngine(Engine):
             undo.clear()
         pending: list[Any] = []
         timers: list[tuple[str, int]] = []
-        ctx._pending, ctx._timers, ctx.event_times = pending, timers, event_times
+        ctx._pending, ctx._timers, ctx.event_times, ctx._where = pending, timers, event_times, where
         last = where[-1]
         ctx.record = _stand_in(run, last, task)  # `ctx.emit` keys, stamps and times its outputs by it
         ctx._timestamp = run.timestamps[last]

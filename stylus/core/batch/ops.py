@@ -21,9 +21,10 @@ def group_text(column: Any) -> pa.Array:
         column = column.combine_chunks()
     kind = column.type
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        return column.fill_null("")
+        return column.fill_null("") if column.null_count else column
     if pa.types.is_integer(kind):
-        return column.cast(pa.string()).fill_null("")
+        text = column.cast(pa.string())
+        return text.fill_null("") if text.null_count else text
     return pa.array(["" if v is None else str(v) for v in column.to_pylist()], pa.string())
 
 
@@ -51,8 +52,10 @@ class Groups:
 
     def running_sum(self, values: Any, before: Any = 0) -> np.ndarray:
         """Per row: its value plus those of its group before it in the batch, plus `before[group]`; nulls add 0."""
-        array = pc.fill_null(values, 0).to_numpy(zero_copy_only=False) if not isinstance(values, np.ndarray) \
-            else values
+        if isinstance(values, np.ndarray):
+            array = values
+        else:
+            array = (pc.fill_null(values, 0) if values.null_count else values).to_numpy(zero_copy_only=False)
         sums = np.cumsum(array[self._order])
         start = np.repeat(np.r_[0, sums][self._starts], self._sizes)
         out = np.empty(self.rows, dtype=sums.dtype)

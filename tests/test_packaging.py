@@ -23,7 +23,7 @@ from tests.support.kafka import produce, read_json
 
 #: top-level modules only the extras install (stylus/extras.py)
 EXTRA_MODULES = ("pyspark", "pyarrow", "pandas", "hdfs", "psycopg", "grafanalib", "numpy", "matplotlib", "sqlglot",
-                 "polars")
+                 "polars", "uvicorn", "httptools", "uvloop")
 
 UPPER = '''
 from stylus import Processor
@@ -113,6 +113,7 @@ def test_validate_in_the_core(core_venv: Path, tmp_path: Path) -> None:
     (["replay", "PIPELINE", "--processor", "scorer", "--shadow", "s"], "spark", "Spark"),
     (["dashboard", "PIPELINE"], "grafana", "grafanalib"),
     (["demo", "--duration", "1"], "demo", "numpy"),
+    (["serve", "PIPELINE"], "serve", "uvicorn, httptools and uvloop (its HTTP server)"),
 ])
 def test_commands_name_the_missing_extra(core_venv: Path, tmp_path: Path, command: list[str], extra: str,
                                          what: str) -> None:

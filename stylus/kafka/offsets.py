@@ -19,14 +19,14 @@ def _offsets_client(bootstrap: str) -> Consumer:
 
 def end_offsets(bootstrap: str, partitions: Iterable[tuple[str, int]],
                 timeout: float = 10.0) -> dict[tuple[str, int], tuple[int, int]]:
-    """(topic, partition) -> (log start offset, high watermark)."""
+    """(topic, partition) -> (log start offset, high watermark), asked again while a partition's leader moves
+    (`watermarks`)."""
     wanted = list(partitions)
     if not wanted:
         return {}
     consumer = _offsets_client(bootstrap)
     try:
-        return {(topic, partition): consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
-                for topic, partition in wanted}
+        return {(topic, partition): watermarks(consumer, topic, partition, timeout) for topic, partition in wanted}
     finally:
         consumer.close()
 

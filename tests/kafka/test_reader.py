@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 
 import pytest
@@ -34,3 +35,14 @@ def test_a_range_whose_records_retention_deleted_fails_clearly(bootstrap: str) -
     with pytest.raises(RecordsDeleted, match=rf"{topic}\[0\] no longer holds offset 0: retention"):
         list(read_range(bootstrap, {(topic, 0): (0, 2000)}))
     assert time.monotonic() - started < 20  # an answer, not a read that waits out its 30 s timeout
+
+
+def test_end_offsets_of_a_topic_whose_leaders_are_still_being_elected(bootstrap: str) -> None:
+    """Asked right after CreateTopics returns, before every partition has a leader: answered once they have,
+    not refused with NOT_LEADER_FOR_PARTITION (a fresh topic, a broker restart)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = f"fresh-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=8, replication_factor=1)])[topic].result(30)
+    assert end_offsets(bootstrap, [(topic, p) for p in range(8)]) == {(topic, p): (0, 0) for p in range(8)}

@@ -28,10 +28,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import requests
 import yaml
@@ -39,6 +37,7 @@ import yaml
 from stylus.config.model import TopicSpec
 from stylus.kafka.admin import create_topics
 from stylus.kafka.broker import EmbeddedBroker
+from tests.support.chaos import wait_until
 from tests.support.net import closed_port
 from tests.tables.helpers import produce_rows
 
@@ -79,14 +78,6 @@ def _serve(path: Path, bootstrap: str, port: int, directory: Path, log: Path) ->
     with open(log, "ab") as out:
         return subprocess.Popen([sys.executable, "-m", "stylus", "serve", str(path), "--port", str(port),
                                  "--dir", str(directory)], env=env, stdout=out, stderr=subprocess.STDOUT)
-
-
-def _wait(check: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(what)
-        time.sleep(0.2)
 
 
 def _wrk(url: str, paths: list[str], work: Path, *, connections: int, duration: int, rate: int | None) -> str:
@@ -142,7 +133,7 @@ def run(bootstrap: str, keys: int, duration: int, rate: int, connections: int, p
     session = requests.Session()
     a = f"http://127.0.0.1:{ports[0]}"
     try:
-        _wait(lambda: "serve: holding dims" in (work / "a.log").read_text(), 120, "instance A")
+        wait_until(lambda: "serve: holding dims" in (work / "a.log").read_text(), 120, "instance A")
         sample = random.Random(1).sample(sorted(table), min(keys, 20_000))
         for key in sample[:200]:
             answer = session.get(f"{a}/tables/dims/{key}")
@@ -158,7 +149,7 @@ def run(bootstrap: str, keys: int, duration: int, rate: int, connections: int, p
                      rate=None)
         procs.append(_serve(path, bootstrap, ports[1], work / "b", work / "b.log"))
         b_address = f"127.0.0.1:{ports[1]}"
-        _wait(lambda: "serve: holding dims" in (work / "b.log").read_text(), 120, "instance B")
+        wait_until(lambda: "serve: holding dims" in (work / "b.log").read_text(), 120, "instance B")
 
         def forwarded_keys() -> list[str]:
             found = []
@@ -176,7 +167,7 @@ def run(bootstrap: str, keys: int, duration: int, rate: int, connections: int, p
             remote[:] = forwarded_keys()
             return bool(remote)
 
-        _wait(settled, 60, "both instances serving")
+        wait_until(settled, 60, "both instances serving")
         paths = [f"/tables/dims/{k}" for k in remote]
         print(f"forwarded ({len(remote):,} keys owned by B, asked of A)", flush=True)
         _wrk(a, paths, work, connections=paced_connections, duration=WARM_UP, rate=None)

@@ -5,7 +5,7 @@ watermark; a crash loses no window; q3's lookup sees the person table as loaded.
 
 from __future__ import annotations
 
-from pathlib import Path
+from functools import partial
 from typing import Any, Literal
 
 import pytest
@@ -13,14 +13,12 @@ from confluent_kafka import murmur2
 
 from stylus.nexmark import Event, GeneratorConfig, generate, key_of, reference
 from stylus.testing import TestDriver
+from tests.nexmark.helpers import NEXMARK, Implementations, nexmark_driver
 
-ROOT = Path(__file__).resolve().parents[2]
-NEXMARK = ROOT / "pipelines" / "nexmark"
 TOPICS = {"person": "nexmark-person", "auction": "nexmark-auction", "bid": "nexmark-bid"}
 READS = {"q3": ("person", "auction"), "q4": ("auction", "bid"), "q8": ("person", "auction")}
 
-# implementation -> (its pipeline; query -> (its processors, upstream first, or a SQL app's YAML name; its output))
-IMPLEMENTATIONS: dict[str, tuple[Path, dict[str, tuple[list[str], str]]]] = {
+IMPLEMENTATIONS: Implementations = {
     "python": (NEXMARK / "python.yaml", {
         "q3": (["q3"], "nexmark-q3-py"),
         "q4": (["q4-keyed", "q4-winning", "q4"], "nexmark-q4-py"),
@@ -32,10 +30,7 @@ CASES = [(impl, query) for impl in sorted(IMPLEMENTATIONS) for query in sorted(R
 WINDOWED = [(impl, query) for impl, query in CASES if query in reference.WINDOWED_JOINS]
 
 
-def driver_for(impl: str, query: str, **options: Any) -> tuple[TestDriver, str]:
-    pipeline, queries = IMPLEMENTATIONS[impl]
-    processors, output = queries[query]
-    return TestDriver(pipeline, processors=processors, **options), output
+driver_for = partial(nexmark_driver, IMPLEMENTATIONS)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ bids, windows close with the watermark, ties across partitions give one row each
 
 from __future__ import annotations
 
-from pathlib import Path
+from functools import partial
 from typing import Any, Literal
 
 import pytest
@@ -13,12 +13,9 @@ import pytest
 from stylus.nexmark import Event, GeneratorConfig, generate, key_of, reference
 from stylus.nexmark import bids as bids_of
 from stylus.testing import TestDriver
+from tests.nexmark.helpers import NEXMARK, Implementations, nexmark_driver
 
-ROOT = Path(__file__).resolve().parents[2]
-NEXMARK = ROOT / "pipelines" / "nexmark"
-
-# implementation -> (its pipeline; query -> (its processors, upstream first, or a SQL app's YAML name; its output))
-IMPLEMENTATIONS: dict[str, tuple[Path, dict[str, tuple[list[str], str]]]] = {
+IMPLEMENTATIONS: Implementations = {
     "python": (NEXMARK / "python.yaml", {
         "q0": (["q0"], "nexmark-q0-py"),
         "q1": (["q1"], "nexmark-q1-py"),
@@ -32,11 +29,7 @@ IMPLS = sorted(IMPLEMENTATIONS)
 QUERIES = sorted(IMPLEMENTATIONS["python"][1])
 
 
-def driver_for(impl: str, query: str, **options: Any) -> tuple[TestDriver, str]:
-    """A driver running `impl`'s processors of `query` (a SQL app: all of its stages), and the query's output."""
-    pipeline, queries = IMPLEMENTATIONS[impl]
-    processors, output = queries[query]
-    return TestDriver(pipeline, processors=processors, **options), output
+driver_for = partial(nexmark_driver, IMPLEMENTATIONS)
 
 
 @pytest.fixture(scope="module")

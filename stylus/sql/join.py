@@ -41,6 +41,7 @@ from stylus.sql.plan import (
     _lower_name,
     _Query,
     offset_of,
+    output_item,
     unique_names,
 )
 from stylus.sql.udfs import Function
@@ -396,12 +397,7 @@ class _JoinQuery(_Query):
                                    f"tables.{side.name}", offset_of(node))
                     items += [(c, exp.column(c, table=side.alias)) for c in side.columns]
                 continue
-            if isinstance(node, exp.Alias):
-                items.append((node.alias, node.this))
-            elif isinstance(node, exp.Column):
-                items.append((node.name, node))
-            else:
-                items.append((node.sql(), node))
+            items.append(output_item(node))
         return unique_names(items, self.table.offset)
 
     # ------------------------------------------------------------------ conditions

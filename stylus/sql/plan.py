@@ -246,12 +246,7 @@ class _Query:
                     self._qualifier(node)
                 items += [(c, exp.column(c)) for c in self.source.columns]
                 continue
-            if isinstance(node, exp.Alias):
-                items.append((node.alias, node.this))
-            elif isinstance(node, exp.Column):
-                items.append((node.name, node))
-            else:
-                items.append((node.sql(), node))
+            items.append(output_item(node))
         return unique_names(items, self.table.offset)
 
     # ------------------------------------------------------------------ windows
@@ -684,3 +679,12 @@ def unique_names(items: list[tuple[str, exp.Expr]], offset: int | None) -> list[
                        offset_of(node) or offset)
         seen.add(name)
     return items
+
+
+def output_item(node: exp.Expr) -> tuple[str, exp.Expr]:
+    """(output name, expression) of one SELECT item: its alias, a column's own name, else its SQL text."""
+    if isinstance(node, exp.Alias):
+        return node.alias, node.this
+    if isinstance(node, exp.Column):
+        return node.name, node
+    return node.sql(), node

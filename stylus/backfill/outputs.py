@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from stylus.config.model import Pipeline
 from stylus.core.sink import DirectOutput
-from stylus.serde import encode_key, encoder
+from stylus.serde import Encoder, encode_key, encoder
 
 OUTPUT_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()), ("timestamp", pa.int64()),
                            ("topic", pa.string())])
@@ -52,14 +52,22 @@ class TaskOutput:
 
     collect = False
 
-    def __init__(self) -> None:
+    def __init__(self, encoders: Mapping[str, Encoder]) -> None:
+        self.encoders = encoders  # by output topic: the stream's serde encoders
         self.counts: Counter[str] = Counter()
         self.collected: list[tuple[str, str | None, bytes, int]] = []
+
+    def check(self, topic: str, value: Any) -> None:
+        """Raises for a value the stream could not encode (the engine asks before it holds an output), so
+        the backfill fails, and dead-letters, the records the stream would."""
+        self.encoders[topic](value)
 
     def __call__(self, topic: str, key: str | None, value: Any, timestamp: int,
                  headers: Mapping[str, Any] | None, partition: int = -1) -> None:
         """`partition` (a grouping's or `emit(partition=n)`'s) matters only to topics: elsewhere an `all`
-        output is one row per partition's copy, as the topic would hold it."""
+        output is one row per partition's copy, as the topic would hold it. The value is encoded as the
+        stream would encode it, even where nothing is written: a value the stream refuses fails here too."""
+        self.encoders[topic](value)
         self.counts[topic] += 1
         if self.collect:
             self.collected.append((topic, key, _json(value), timestamp))
@@ -84,8 +92,8 @@ class ParquetOutput(TaskOutput):
 
     ROWS_PER_GROUP = 50_000
 
-    def __init__(self, path: str, index: int) -> None:
-        super().__init__()
+    def __init__(self, encoders: Mapping[str, Encoder], path: str, index: int) -> None:
+        super().__init__(encoders)
         self.final = Path(path.removeprefix("file://")) / f"part-{index:05d}.parquet"
         self.final.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".parquet", dir=self.final.parent)
@@ -125,9 +133,7 @@ class TopicOutput(TaskOutput):
                  previous: TopicOutput | None = None) -> None:
         from confluent_kafka import Producer
 
-        super().__init__()
-        spec = pipeline.processors[processor]
-        self.encoders = {t: encoder(pipeline.topics[t].serde) for t in spec.outputs}
+        super().__init__(output_encoders(pipeline, processor))
         self.target = target
         self.errors: list[str]
         self.producer: Producer
@@ -242,14 +248,18 @@ def open_output(target: OutputTarget, pipeline: Pipeline, processor: str, bootst
     return output
 
 
+def output_encoders(pipeline: Pipeline, processor: str) -> dict[str, Encoder]:
+    return {t: encoder(pipeline.topics[t].serde) for t in pipeline.processors[processor].outputs}
+
+
 def _open(target: OutputTarget, pipeline: Pipeline, processor: str, bootstrap: str, index: int,
           previous: TaskOutput | None) -> TaskOutput:
     if target.kind == "collect":
-        return CollectOutput()
+        return CollectOutput(output_encoders(pipeline, processor))
     if target.kind == "parquet":
         assert target.path is not None
-        return ParquetOutput(target.path, index)
+        return ParquetOutput(output_encoders(pipeline, processor), target.path, index)
     if target.kind in ("topic", "outputs"):
         return TopicOutput(pipeline, processor, bootstrap, target.topic if target.kind == "topic" else None,
                            previous if isinstance(previous, TopicOutput) else None)
-    return TaskOutput()
+    return TaskOutput(output_encoders(pipeline, processor))

@@ -57,8 +57,8 @@ class RaiseFailures:
 class EngineContext:
     """The `ctx` handed to the processor; its fields are repointed per record, not rebuilt."""
 
-    __slots__ = ("_default_topic", "_deferred", "_direct", "_encode", "_encode_any", "_fixed", "_outputs", "_pending",
-                 "_raw_key", "_routes", "_sink", "_stamp", "_stamp_name", "_task",
+    __slots__ = ("_default_topic", "_deferred", "_direct", "_encode", "_encode_any", "_fixed", "_made", "_outputs",
+                 "_pending", "_raw_key", "_routes", "_sink", "_stamp", "_stamp_name", "_task",
                  "_timer", "_timestamp", "engine", "event_time", "processor_name", "record", "state", "watermark")
 
     def __init__(self, engine: Engine, name: str, default_topic: str | None) -> None:
@@ -92,6 +92,8 @@ class EngineContext:
         # header, `_stamp` % (input offset, emit index), built here; None otherwise
         self._stamp: bytes | None = None
         self._stamp_name = ""
+        # while a record runs under per-record atomicity: the timers it added, taken out again if it fails
+        self._made: list[tuple[int, str]] | None = None
         # while an async `process` runs in order (stylus/core/deferred.py): what it deferred, awaited after it
         self._deferred: list[tuple[Any, Then | None]] | None = None
 
@@ -157,9 +159,13 @@ class EngineContext:
                 else:
                     item_headers = checked
                 pending.append((target, encoded, raw_key, part, None, None, ts, item_headers))
-        elif parts is None:
-            pending.append((self._sink, target, key, value, ts, headers))
         else:
+            check = getattr(self._sink, "check", None)
+            if check is not None:  # encoded only when released: an unencodable value must fail its record now
+                check(target, value)
+            if parts is None:
+                pending.append((self._sink, target, key, value, ts, headers))
+                return
             for part in parts:
                 pending.append((partial(self._sink, partition=part), target, key, value, ts, headers))
 
@@ -183,7 +189,13 @@ class EngineContext:
             raise RuntimeError(
                 f"processor `{self.processor_name}` is stateless; set `semantics.state` to use timers"
             )
-        task.store.timers.add(key, int(timestamp))
+        timers = task.store.timers
+        made = self._made
+        if made is not None:
+            entry = (int(timestamp), key)
+            if entry not in timers:  # new: a failure of the record takes it out again
+                made.append(entry)
+        timers.add(key, int(timestamp))
 
 
 class Engine:
@@ -262,6 +274,8 @@ class Engine:
             msgs = dedup.filter(msgs, task_for)
         now = time.monotonic()
         ctx._pending = held  # a record's emits wait here until it has succeeded
+        made: list[tuple[int, str]] | None = [] if atomic else None  # the timers the record in progress added
+        ctx._made = made
         late_mark = NO_TIME
         sketch: Any = None
         clock: Any = None
@@ -353,6 +367,8 @@ class Engine:
                 ctx._timestamp = timestamp
                 if undo:
                     undo.clear()  # the journal covers exactly this record's writes
+                if made:
+                    made.clear()
                 try:
                     process(record, ctx)
                     if pending:  # the record succeeded: its outputs go out, in order
@@ -374,17 +390,17 @@ class Engine:
                                 out_sink(target, out_key, out_value, out_ts, out_headers)
                         pending.clear()
                 except StopProcessing:
-                    _undo(task, pending)
+                    _undo(task, pending, made)
                     raise
                 except Exception as exc:
                     encode, ctx._pending, ctx._encode = ctx._encode, None, None
-                    _undo(task, pending)  # a failing record leaves no state change and no output behind
+                    _undo(task, pending, made)  # a failing record leaves no state, timer or output behind
                     failures(msg, exc, "process", task)
                     ctx._pending, ctx._encode = held, encode
                 task.next_offset = offset + 1
                 count += 1
         finally:
-            ctx._pending = None  # emits outside a record (timers) go straight to the sink
+            ctx._pending = ctx._made = None  # emits outside a record (timers) go straight to the sink
             ctx._direct = ctx._encode = ctx._stamp = None
             if emitted:
                 direct.owner.emitted += emitted  # type: ignore[union-attr]
@@ -459,7 +475,8 @@ class Engine:
         ctx = self.ctx
         undo = task.state.journal() if task.state is not None else None
         pending: list[tuple[Any, ...]] = []
-        ctx._pending = pending
+        made: list[tuple[int, str]] = []
+        ctx._pending, ctx._made = pending, made
         if undo:
             undo.clear()
         try:
@@ -467,14 +484,14 @@ class Engine:
             if pending:
                 _release(pending)
         except StopProcessing:
-            ctx._pending = None
-            _undo(task, pending)
+            ctx._pending = ctx._made = None
+            _undo(task, pending, made)
             raise
         except Exception as exc:
-            ctx._pending = None
-            _undo(task, pending)
+            ctx._pending = ctx._made = None
+            _undo(task, pending, made)
             self.failures(timer_message(task, key, timestamp), exc, "timer", task)
-        ctx._pending = None
+        ctx._pending = ctx._made = None
 
 
 def timer_message(task: PartitionTask, key: str, timestamp: int) -> RawMessage:
@@ -496,10 +513,17 @@ def _release(pending: list[tuple[Any, ...]]) -> None:
     pending.clear()
 
 
-def _undo(task: PartitionTask, pending: list[tuple[Any, ...]]) -> None:
+def _undo(task: PartitionTask, pending: list[tuple[Any, ...]], made: list[tuple[int, str]] | None = None) -> None:
+    """A failed record (or timer) leaves nothing behind: its outputs dropped, its state writes rolled back,
+    the timers it added (`made`) taken out."""
     pending.clear()
     if task.state is not None:
         task.state.rollback()
+    if made:
+        timers = task.store.timers  # type: ignore[union-attr]  # timers were set: there is a store
+        for timestamp, key in made:
+            timers.remove(key, timestamp)
+        made.clear()
 
 
 def _event_time(value: Any, field: str | None, timestamp: int) -> int:

@@ -8,7 +8,11 @@ from typing import Any, NamedTuple, Protocol
 
 class Sink(Protocol):
     """`partition`: -1 for the producer's choice (by key, or spread); else the one a grouping or
-    `ctx.emit(partition=n)` chose (stylus/core/groupings.py), passed only then, by name."""
+    `ctx.emit(partition=n)` chose (stylus/core/groupings.py), passed only then, by name.
+
+    A sink that encodes when it is called may also have `check(topic, value)`, raising for a value the topic's
+    serde cannot encode: `ctx.emit` calls it when it holds an output until its record (or batch) succeeds, so
+    such a value fails its own record, with nothing emitted, rather than the release after it."""
 
     def __call__(
         self, topic: str, key: str | None, value: Any, timestamp: int, headers: Mapping[str, Any] | None,

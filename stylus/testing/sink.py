@@ -49,6 +49,10 @@ class DriverSink:
         data = self.encoders[topic](value)  # an unencodable value fails its record, as in the runtime
         self._append(topic, encode_key(key), data, timestamp, header_pairs(headers), partition)
 
+    def check(self, topic: str, value: Any) -> None:
+        """Raises for a value the topic's serde cannot encode (the engine asks before it holds an output)."""
+        self.encoders[topic](value)
+
     def send(self, topic: str, value: bytes | None, key: bytes | None, timestamp: int, headers: Any = None) -> None:
         """Raw bytes (dead letters, late records), under the same holding rule as emitted output."""
         pairs = header_pairs(headers)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stylus import Processor
+from stylus import BatchProcessor, Processor
 
 
 class CountThenFail(Processor):
@@ -19,10 +19,13 @@ class CountThenFail(Processor):
 
 
 class TimerFail(Processor):
-    """Sets a timer per record at its `ts`; `on_timer` counts and emits, and raises for keys starting `bad`."""
+    """Sets a timer per record at its `ts` (then raises if the value says `fail`); `on_timer` counts and emits,
+    and raises for keys starting `bad`."""
 
     def process(self, record, ctx):
         ctx.set_timer(record.key, int(record.value["ts"]))
+        if record.value.get("fail"):
+            raise ValueError(f"record {record.offset} failed after setting its timer")
 
     def on_timer(self, key, timestamp, ctx):
         ctx.state["fired"] = (ctx.state.get("fired") or 0) + 1
@@ -37,3 +40,20 @@ class BigState(Processor):
     def process(self, record, ctx):
         ctx.state[str(record.value["id"])] = "x" * int(self.config.get("size", 10_000))
         ctx.emit(record.value, key=record.key)
+
+
+class EmitTwice(Processor):
+    """Two outputs per record; the second is a set (JSON cannot encode it) where the value says `bad`."""
+
+    def process(self, record, ctx):
+        ctx.emit({"n": record.value["n"], "first": True})
+        ctx.emit({1, 2} if record.value.get("bad") else {"n": record.value["n"]})
+
+
+class EmitTwiceBatch(BatchProcessor):
+    """`EmitTwice` as a batch processor: per-row `ctx.emit` from `process_batch`."""
+
+    def process_batch(self, batch, ctx):
+        for n, bad in zip(batch.column("n").to_pylist(), batch.column("bad").to_pylist(), strict=True):
+            ctx.emit({"n": n, "first": True})
+            ctx.emit({1, 2} if bad else {"n": n})

@@ -116,6 +116,18 @@ def test_failing_timer_is_atomic_and_reported_with_stage_timer() -> None:
     assert msg.offset() == -1 and orjson.loads(msg.value()) == {"timer": "bad1", "timestamp": 101}
 
 
+def test_a_failing_record_takes_out_the_timers_it_added_and_only_those() -> None:
+    _, engine, sink, failures, task = _setup("TimerFail")
+    values = [("a", {"ts": 100}), ("x", {"ts": 150, "fail": True}), ("a", {"ts": 100, "fail": True}),
+              ("a", {"ts": 120, "fail": True})]
+    msgs = [RawMessage("in", 0, i, k.encode(), orjson.dumps(v), 1) for i, (k, v) in enumerate(values)]
+    engine.process_messages(msgs, lambda t, p: task)
+    assert [m.offset() for m, _, _ in failures.calls] == [1, 2, 3]
+    assert task.store is not None and len(task.store.timers) == 1  # (100, a) was set before the failures
+    engine.fire_timers([task], 1000)
+    assert [(o.value["timer"], o.value["ts"]) for o in sink.outputs] == [("a", 100)]
+
+
 def test_stop_in_a_timer_keeps_it_and_the_later_ones_for_the_next_run() -> None:
     _, engine, sink, _, task = _setup("TimerFail", stop=True)
     msgs = [RawMessage("in", 0, i, k.encode(), orjson.dumps({"ts": 100 + i}), 1) for i, k in

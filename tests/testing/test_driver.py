@@ -68,6 +68,29 @@ def test_a_failing_record_goes_to_the_dead_letter_topic(tmp_path: Path, stylus_d
     assert letters[1].headers["stylus.error.stage"] == b"decode"
 
 
+@pytest.mark.parametrize("semantics", [{"state": "at_least_once", "output": "at_least_once"},
+                                       {"state": "exactly_once", "output": "at_most_once"},
+                                       {"state": "exactly_once", "output": "exactly_once"}],
+                         ids=["alo-alo", "eo-amo", "eo-eo"])
+@pytest.mark.parametrize("cls", ["EmitTwice", "EmitTwiceBatch"])
+def test_an_unencodable_emit_dead_letters_its_record_with_none_of_its_outputs(
+        tmp_path: Path, stylus_driver: Factory, cls: str, semantics: dict[str, str]) -> None:
+    path = write(tmp_path, {
+        "pipeline": "enc",
+        "topics": {"in": {"partitions": 1}, "out": {"partitions": 1}},
+        "processors": {"p": {"class": f"tests.apps.faulty:{cls}", "inputs": ["in"], "outputs": ["out"],
+                             "semantics": semantics}},
+    })
+    driver = stylus_driver(path)
+    driver.send_many("in", [{"n": 0, "bad": False}, {"n": 1, "bad": True}, {"n": 2, "bad": False}])
+    driver.checkpoint()
+    assert [r.value for r in driver.outputs("out", committed=True)] == [
+        {"n": 0, "first": True}, {"n": 0}, {"n": 2, "first": True}, {"n": 2}]
+    letters = driver.outputs("enc.p.dlq")
+    assert [r.value for r in letters] == [{"n": 1, "bad": True}]
+    assert letters[0].headers["stylus.error"].startswith(b"TypeError")
+
+
 def test_unknown_names_are_refused_with_what_exists(tmp_path: Path, stylus_driver: Factory) -> None:
     path = write(tmp_path, word_count())
     with pytest.raises(ValueError, match=r"unknown processor\(s\) \['nope'\]; the pipeline has \['wc'\]"):

@@ -32,6 +32,7 @@ HEADERS_TYPE = pa.map_(pa.string(), pa.binary())
 #: a value field named like a metadata column gets this prefix (and loses it again when encoded)
 RENAMED = "value."
 _SLOTS = tuple(map(attrgetter, ("_value", "_key", "_timestamp", "_offset", "_headers")))  # RawMessage's, in Run's order
+_SECOND = itemgetter(1)  # of `Message.timestamp()`: (type, ms)
 _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError, TypeError,
                  ValueError)
 
@@ -60,11 +61,12 @@ class Run:
             kind: Any = kinds.pop()
             self.values, self.keys, self.headers = (list(map(get, msgs)) for get in (kind.value, kind.key,
                                                                                        kind.headers))
+            self.timestamps = list(map(_SECOND, map(kind.timestamp, msgs)))
         else:
             self.values = [m.value() for m in msgs]
             self.keys = [m.key() for m in msgs]
             self.headers = [m.headers() for m in msgs]
-        self.timestamps = [m.timestamp()[1] for m in msgs]
+            self.timestamps = [m.timestamp()[1] for m in msgs]
         first, last = msgs[0].offset(), msgs[-1].offset()
         # offsets rise within a partition: first..last with no gap is every offset in between, read from no message
         self.offsets = range(first, last + 1) if last - first == len(msgs) - 1 else [m.offset() for m in msgs]

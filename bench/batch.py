@@ -15,7 +15,10 @@ them), CPU seconds per record of its process, and peak RSS. Sides:
   `stylus.windows` per record and `stylus.windows.batch` (every window of both checked against the true sums);
 - spark: the filter's batch processor as a streaming replay (one Worker) and as a Spark backfill (`local[2]`, a
   fresh session, the second run of it: warm workers; first to last record), both writing to Kafka; and the
-  per-record processor's backfill, for memory. Backfill memory is the peak RSS of the session's process tree
+  per-record processor's backfill, for memory;
+- spark-archive: the same, the backfills reading the input from a Parquet archive of it (100,000 records a
+  file, made once) and writing Parquet files, as a backfill into the warehouse does: the batch processor's
+  records go in and out as columns. Backfill memory is the peak RSS of the session's process tree
   (driver, JVM, Python workers), sampled.
 Batch sides consume `--batch-size` records per call (default 2,000, the worker's); per-record sides keep their
 defaults (bench.windows' per-record side: 5,000).
@@ -204,14 +207,14 @@ def side(args: argparse.Namespace) -> dict[str, Any]:
             pipeline = windows_pipeline(bootstrap, cls, topic, state_dir, args.batch_size)
             result["rate"], sums = windows_run(pipeline, bootstrap, n)
         result["sums"] = sorted([k, s, v] for (k, s), v in sums.items())
-    elif kind == "spark":
+    elif kind in ("spark", "spark-archive"):
         cls = "bench.throughput:KeepTypes" if which == "backfill-record" else "bench.batch:KeepBatch"
         pipeline = pipeline_for(bootstrap, cls, topic, out, state_dir, stateful=False,
                                 batch_size=args.batch_size if cls.endswith("Batch") else None)
         if which == "stream":
             result["rate"] = time_worker(pipeline, "p", bootstrap, n)
         else:
-            result.update(backfill(pipeline, bootstrap, n))
+            result.update(backfill(pipeline, bootstrap, n, args.archive, state_dir))
     result["cpu_us"] = (time.process_time() - cpu) / n * 1e6
     result.setdefault("peak_rss_mb", peak_rss_mb())
     result["load"] = os.getloadavg()[0]
@@ -233,9 +236,10 @@ def windows_run(pipeline: Pipeline, bootstrap: str, n: int) -> tuple[float, dict
     return rate, sums
 
 
-def backfill(pipeline: Pipeline, bootstrap: str, n: int) -> dict[str, Any]:
+def backfill(pipeline: Pipeline, bootstrap: str, n: int, archive: str | None = None,
+             scratch: str = "") -> dict[str, Any]:
     """A fresh `local[2]` session; the backfill twice (cold, then warm workers): the warm run's figures, and the
-    process tree's peak RSS over both."""
+    process tree's peak RSS over both. With `archive`, from that Parquet archive to Parquet files in `scratch`."""
     from stylus.backfill.bounds import parse_bound
     from stylus.backfill.job import plan_for, run_plan
     from stylus.backfill.outputs import OutputTarget
@@ -256,8 +260,10 @@ def backfill(pipeline: Pipeline, bootstrap: str, n: int) -> dict[str, Any]:
         cpu = tree_cpu(os.getpid())
         started = time.monotonic()
         plan = plan_for(pipeline, "p", bootstrap, parse_bound(None, default="earliest"),
-                        parse_bound(None, default="latest"))
-        result = run_plan(spark, pipeline, "p", plan, OutputTarget(kind="outputs"))
+                        parse_bound(None, default="latest"), source="archive" if archive else "kafka",
+                        archive_root=archive)
+        target = OutputTarget(kind="parquet", path=f"{scratch}/out-{run}") if archive else OutputTarget(kind="outputs")
+        result = run_plan(spark, pipeline, "p", plan, target)
         assert result.records == n, (result.records, n)
         out[run] = {"e2e": time.monotonic() - started, "active": result.processing_seconds,
                     "tree_cpu_us": (tree_cpu(os.getpid()) - cpu) / n * 1e6, "mode": result.mode}
@@ -269,10 +275,28 @@ def backfill(pipeline: Pipeline, bootstrap: str, n: int) -> dict[str, Any]:
     return out
 
 
+def archive_topic(bootstrap: str, topic: str, root: str, per_file: int = 100_000) -> None:
+    """Copy `topic` into a Parquet archive at `root`, `per_file` records a file, in offset order (as the
+    archiver writes it)."""
+    from stylus.archive import write_segment
+    from stylus.backfill.bounds import parse_bound
+    from stylus.backfill.job import plan_for
+    from stylus.backfill.read import read_unit
+
+    pipeline = pipeline_for(bootstrap, "bench.batch:KeepBatch", topic, "unused", tempfile.mkdtemp(), stateful=False)
+    plan = plan_for(pipeline, "p", bootstrap, parse_bound(None, default="earliest"),
+                    parse_bound(None, default="latest"))
+    for unit in plan.units:
+        rows = list(read_unit(unit, bootstrap, None))
+        for first in range(0, len(rows), per_file):
+            write_segment(root, unit.topic, unit.partition, rows[first:first + per_file])
+
+
 # ------------------------------------------------------------------------------------------------ the parent
-def run_side(name: str, bootstrap: str, topic: str, n: int, batch_size: int) -> dict[str, Any]:
+def run_side(name: str, bootstrap: str, topic: str, n: int, batch_size: int,
+             archive: str | None = None) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "bench.batch", "--side", name, "--bootstrap", bootstrap, "--topic", topic,
-           "--records", str(n), "--batch-size", str(batch_size)]
+           "--records", str(n), "--batch-size", str(batch_size), *(["--archive", archive] if archive else [])]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False,
                           env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -297,6 +321,7 @@ def main() -> None:
     parser.add_argument("--side", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
+    parser.add_argument("--archive", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.side:
         print("RESULT " + json.dumps(side(args)), flush=True)
@@ -306,12 +331,13 @@ def main() -> None:
     results: dict[str, list[dict[str, Any]]] = {}
     ratios: list[str] = []
 
-    def rounds(kind: str, sides: tuple[str, str, str], topic: str, want: Any = None) -> None:
+    def rounds(kind: str, sides: tuple[str, str, str], topic: str, want: Any = None,
+               archive: str | None = None) -> None:
         """`repeat` rounds of the three sides (batch, baseline, per-record), then the summary line."""
         print(kind, flush=True)
         for _ in range(args.repeat):
             for which in (*sides[1:], sides[0]):  # the baseline first, as in every round
-                result = run_side(f"{kind}/{which}", bootstrap, topic, n, args.batch_size)
+                result = run_side(f"{kind}/{which}", bootstrap, topic, n, args.batch_size, archive)
                 if want is not None:
                     result["exact"] = result.pop("sums") == want
                     print(f"    every window exact: {result['exact']}", flush=True)
@@ -322,7 +348,7 @@ def main() -> None:
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap
         plain = f"bench-in-{uuid.uuid4().hex[:6]}"
-        if {"filter", "totals", "spark"} & set(kinds):
+        if {"filter", "totals", "spark", "spark-archive"} & set(kinds):
             create_topics(bootstrap, {plain: TopicSpec(partitions=PARTITIONS)})
             print(f"loading {n:,} records ...", flush=True)
             load_input(bootstrap, plain, n)
@@ -340,6 +366,10 @@ def main() -> None:
             rounds("windows", ("batch", "raw", "record"), topic, want)
         if "spark" in kinds:
             rounds("spark", ("backfill", "stream", "backfill-record"), plain)
+        if "spark-archive" in kinds:
+            root = tempfile.mkdtemp(prefix="bench-archive-")
+            archive_topic(bootstrap, plain, root)
+            rounds("spark-archive", ("backfill", "stream", "backfill-record"), plain, archive=root)
     print("\n".join(ratios))
     if args.json:
         args.json.write_text(json.dumps({"records": n, "results": results, "ratios": ratios}, indent=2))
@@ -348,7 +378,7 @@ def main() -> None:
 def summary(kind: str, batch: list[dict[str, Any]], base: list[dict[str, Any]], record: list[dict[str, Any]]) -> str:
     """Medians over the rounds: of each round's ratio (batch against the baseline run of the same round), and of
     each side's records/s, CPU per record and peak RSS."""
-    against = "streaming replay" if kind == "spark" else "raw loop"
+    against = "streaming replay" if kind.startswith("spark") else "raw loop"
     paired = sorted(b["rate"] / r["rate"] for b, r in zip(batch, base, strict=True))
     spread = f" (rounds {paired[0]:.2f}-{paired[-1]:.2f}x)" if len(paired) > 1 else ""
 

@@ -185,14 +185,39 @@ def read_segment(root: str, path: str) -> Iterator[RawMessage]:
         yield from batch
 
 
-def read_segment_batches(root: str, path: str, start: int = 0, end: int = 2**63 - 1,
-                         batch: int = 10_000) -> Iterator[list[RawMessage]]:
-    """The records of one archive file with start <= offset < end, in offset order, in lists of at most `batch`.
+class SegmentSlice(NamedTuple):
+    """Consecutive records of one archive file as columns: `rows` (the file's columns), and its offsets as
+    Python ints (the range was cut on them)."""
+
+    rows: pa.Table
+    offsets: list[int]
+
+    def topic_partition(self) -> tuple[str, int]:
+        """The file's topic and partition (one of each per file, as `write_segment` writes them)."""
+        return self.rows.column("topic")[0].as_py(), self.rows.column("partition")[0].as_py()
+
+    def columns(self) -> tuple[list[bytes | None], list[bytes | None], list[int], list[Any]]:
+        """keys, values, timestamps, headers: one item per record, no object per record."""
+        rows = self.rows
+        headers = _headers(rows)
+        return (rows.column("key").to_pylist(), rows.column("value").to_pylist(), rows.column("timestamp").to_pylist(),
+                [None] * rows.num_rows if isinstance(headers, repeat) else list(headers))
+
+    def messages(self) -> list[RawMessage]:
+        rows = self.rows
+        return list(map(RawMessage, _values(rows, "topic"), _values(rows, "partition"), self.offsets,
+                        rows.column("key").to_pylist(), rows.column("value").to_pylist(),
+                        rows.column("timestamp").to_pylist(), _headers(rows)))
+
+
+def read_segment_slices(root: str, path: str, start: int = 0, end: int = 2**63 - 1,
+                        batch: int = 10_000) -> Iterator[SegmentSlice]:
+    """The records of one archive file with start <= offset < end, in offset order, in slices of at most `batch`.
 
     Why not row by row: this is a backfill task's input, and a Python step per record per column cost a task
-    more than reading the same records from Kafka. The range is cut by binary search on
-    the sorted offsets, a slice of rows becomes Python objects column by column, and columns that hold one value
-    (the topic and partition, the headers of a topic without any) are not converted per row."""
+    more than reading the same records from Kafka. The range is cut by binary search on the sorted offsets; a
+    slice becomes Python objects column by column (`SegmentSlice.messages`), or stays columns (`columns`: a
+    batch processor's run needs no object per record)."""
     fs, _ = open_root(root)
     # ParquetFile, not read_table: that one imports pyarrow.dataset and pandas
     table = pq.ParquetFile(pa.BufferReader(fs.read_bytes(path))).read()
@@ -208,10 +233,16 @@ def read_segment_batches(root: str, path: str, start: int = 0, end: int = 2**63 
     low, high = bisect_left(offsets, start), bisect_left(offsets, end)
     for first in range(low, high, batch):
         last = min(first + batch, high)
-        rows = table.slice(first, last - first)
-        yield list(map(RawMessage, _values(rows, "topic"), _values(rows, "partition"), offsets[first:last],
-                       rows.column("key").to_pylist(), rows.column("value").to_pylist(),
-                       rows.column("timestamp").to_pylist(), _headers(rows)))
+        yield SegmentSlice(table.slice(first, last - first), offsets[first:last])
+
+
+def read_segment_batches(root: str, path: str, start: int = 0, end: int = 2**63 - 1,
+                         batch: int = 10_000) -> Iterator[list[RawMessage]]:
+    """The records of one archive file with start <= offset < end, in offset order, in lists of at most `batch`
+    (`read_segment_slices`, as messages: topic and partition, and headers when a file has none, are not
+    converted per row)."""
+    for part in read_segment_slices(root, path, start, end, batch):
+        yield part.messages()
 
 
 def _values(rows: pa.Table, name: str) -> Iterable[Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict
 from stylus.config.model import Pipeline
 from stylus.core.sink import DirectOutput
 from stylus.serde import Encoder, encode_key, encoder
+
+JSON_ENCODER = encoder("json")
 
 OUTPUT_SCHEMA = pa.schema([("key", pa.string()), ("value", pa.string()), ("timestamp", pa.int64()),
                            ("topic", pa.string())])
@@ -65,12 +67,17 @@ class TaskOutput:
     def __call__(self, topic: str, key: str | None, value: Any, timestamp: int,
                  headers: Mapping[str, Any] | None, partition: int = -1) -> None:
         """`partition` (a grouping's or `emit(partition=n)`'s) matters only to topics: elsewhere an `all`
-        output is one row per partition's copy, as the topic would hold it. The value is encoded as the
-        stream would encode it, even where nothing is written: a value the stream refuses fails here too."""
-        self.encoders[topic](value)
+        output is one row per partition's copy, as the topic would hold it."""
+        self._count(topic, key, value, timestamp)
+
+    def _count(self, topic: str, key: str | None, value: Any, timestamp: int) -> bytes:
+        """Counts the output (and keeps it when collecting); returns it encoded as the stream would encode it,
+        even where nothing is written: a value the stream refuses fails here too."""
+        data = self.encoders[topic](value)
         self.counts[topic] += 1
         if self.collect:
             self.collected.append((topic, key, _json(value), timestamp))
+        return data
 
     def serve(self) -> None:
         """Between batches: hand back what the client is holding for us (delivery reports)."""
@@ -88,7 +95,8 @@ class CollectOutput(TaskOutput):
 
 
 class ParquetOutput(TaskOutput):
-    """One file per task, `part-{unit:05d}.parquet`: a re-run writes the same names (no duplicates)."""
+    """One file per task, `part-{unit:05d}.parquet`: a re-run writes the same names (no duplicates). Rows are
+    written in the order emitted, `ROWS_PER_GROUP` at a time."""
 
     ROWS_PER_GROUP = 50_000
 
@@ -99,29 +107,67 @@ class ParquetOutput(TaskOutput):
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".parquet", dir=self.final.parent)
         os.close(fd)
         self.tmp = Path(tmp)
-        self.writer = pq.ParquetWriter(self.tmp, OUTPUT_SCHEMA, compression="zstd")
-        self.rows: tuple[list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [])
+        # no dictionary for the values: nearly all distinct, the dictionary is built only to be dropped
+        self.writer = pq.ParquetWriter(self.tmp, OUTPUT_SCHEMA, compression="zstd", use_dictionary=["key", "topic"])
+        self.rows: tuple[list[Any], list[Any], list[Any], list[Any]] = ([], [], [], [])  # emitted one by one
+        self.tables: list[pa.Table] = []  # ready, not yet written
+        self.staged = 0  # their rows
 
     def __call__(self, topic: str, key: str | None, value: Any, timestamp: int,
                  headers: Mapping[str, Any] | None, partition: int = -1) -> None:
-        super().__call__(topic, key, value, timestamp, headers)
+        data = self._count(topic, key, value, timestamp)
         keys, values, stamps, topics = self.rows
         keys.append(key)
-        values.append(_json(value).decode())
+        values.append(data.decode() if self.encoders[topic] is JSON_ENCODER else _json(value).decode())
         stamps.append(timestamp)
         topics.append(topic)
         if len(keys) >= self.ROWS_PER_GROUP:
-            self._flush()
+            self._write()
 
-    def _flush(self) -> None:
+    def rows_sink(self, topic: str) -> Callable[..., None] | None:
+        """Where a batch processor's encoded outputs to `topic` go as columns, with no object per row:
+        `(topic, keys, values, timestamps, headers)`, a JSON topic's value bytes being the JSON text the file
+        holds. None when they must go row by row (another serde, or outputs collected for the driver)."""
+        if self.collect or self.encoders[topic] is not JSON_ENCODER:
+            return None
+        return self._put_rows
+
+    def _put_rows(self, topic: str, keys: Sequence[bytes | None], values: Sequence[bytes | None],
+                  stamps: Sequence[int], _headers: Any = None) -> None:
+        try:
+            key_column = pa.array(keys, pa.binary()).cast(pa.string())
+            value_column = pa.array(values, pa.binary()).cast(pa.string())
+        except pa.ArrowInvalid:  # a key that is not UTF-8: row by row, as the per-record path writes it
+            for key, value, stamp in zip(keys, values, stamps, strict=True):
+                self(topic, None if key is None else key.decode("utf-8", "surrogateescape"),
+                     None if value is None else orjson.loads(value), stamp, None)
+            return
+        self.counts[topic] += len(values)
+        self._stage()  # rows emitted one by one before these stay before them
+        self.tables.append(pa.Table.from_arrays(
+            [key_column, value_column.fill_null("null"), pa.array(stamps, pa.int64()),
+             pa.array([topic] * len(values), pa.string())], schema=OUTPUT_SCHEMA))
+        self.staged += len(values)
+        if self.staged >= self.ROWS_PER_GROUP:
+            self._write()
+
+    def _stage(self) -> None:
+        """The rows emitted one by one, as a table behind the staged ones."""
         keys, values, stamps, topics = self.rows
         if keys:
-            self.writer.write_table(pa.Table.from_pydict(
+            self.tables.append(pa.Table.from_pydict(
                 {"key": keys, "value": values, "timestamp": stamps, "topic": topics}, schema=OUTPUT_SCHEMA))
+            self.staged += len(keys)
             self.rows = ([], [], [], [])
 
+    def _write(self) -> None:
+        self._stage()
+        if self.tables:
+            self.writer.write_table(pa.concat_tables(self.tables))
+            self.tables, self.staged = [], 0
+
     def close(self) -> None:
-        self._flush()
+        self._write()
         self.writer.close()
         os.replace(self.tmp, self.final)
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from bisect import bisect_right
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from stylus.archive import read_segment_batches
+from stylus.archive import SegmentSlice, read_segment_slices
 from stylus.backfill.plan import Chunk, Unit
 from stylus.kafka.batching import BatchSizer
 from stylus.kafka.reader import RecordsDeleted
@@ -110,15 +112,17 @@ def open_chunk(chunk: Chunk, bootstrap: str) -> KafkaRange | None:
 
 
 def read_chunk_batches(chunk: Chunk, bootstrap: str, archive_root: str | None, batch: int,
-                       opened: KafkaRange | None = None) -> Iterator[list[Any]]:
-    """Records of one chunk with start <= offset < end, in offset order, in lists of at most `batch`."""
+                       opened: KafkaRange | None = None, *, columns: bool = False) -> Iterator[Any]:
+    """Records of one chunk with start <= offset < end, in offset order, in lists of at most `batch`
+    messages; with `columns`, an archive chunk's as `SegmentSlice`s instead (no object per record)."""
     if chunk.source == "kafka":
         reader = opened or KafkaRange(bootstrap, chunk.topic, chunk.partition, chunk.start, chunk.end)
         yield from reader.batches(batch)
         return
     if archive_root is None or chunk.path is None:
         raise ValueError(f"archive chunk {chunk} without an archive root")
-    yield from read_segment_batches(archive_root, chunk.path, chunk.start, chunk.end, batch)
+    slices = read_segment_slices(archive_root, chunk.path, chunk.start, chunk.end, batch)
+    yield from slices if columns else (part.messages() for part in slices)
 
 
 def open_unit(unit: Unit, bootstrap: str) -> KafkaRange | None:
@@ -127,16 +131,25 @@ def open_unit(unit: Unit, bootstrap: str) -> KafkaRange | None:
 
 
 def read_unit_batches(unit: Unit, bootstrap: str, archive_root: str | None, batch: int,
-                      opened: KafkaRange | None = None) -> Iterator[list[Any]]:
-    """All records of a unit in offset order, in lists of at most `batch`: each (topic, partition, offset)
-    at most once, timestamps within [min_ts, max_ts). `opened`: the first chunk's range from `open_unit`."""
+                      opened: KafkaRange | None = None, *, columns: bool = False) -> Iterator[Any]:
+    """All records of a unit in offset order, in lists of at most `batch` messages (with `columns`, archive
+    records as `SegmentSlice`s): each (topic, partition, offset) at most once, timestamps within
+    [min_ts, max_ts). `opened`: the first chunk's range from `open_unit`."""
     last = -1
     min_ts, max_ts = unit.min_ts, unit.max_ts
     timed = min_ts is not None or max_ts is not None
     low = min_ts if min_ts is not None else -(2**63)
     high = max_ts if max_ts is not None else 2**63
     for i, chunk in enumerate(unit.chunks):
-        for part in read_chunk_batches(chunk, bootstrap, archive_root, batch, opened if i == 0 else None):
+        for part in read_chunk_batches(chunk, bootstrap, archive_root, batch, opened if i == 0 else None,
+                                       columns=columns):
+            if isinstance(part, SegmentSlice):
+                part = _trim_slice(part, last, low, high, timed)
+                if part is None:
+                    continue
+                last = part.offsets[-1]
+                yield part
+                continue
             if part[0].offset() <= last:  # overlapping sources: the first copy wins
                 part = [m for m in part if m.offset() > last]
                 if not part:
@@ -147,6 +160,20 @@ def read_unit_batches(unit: Unit, bootstrap: str, archive_root: str | None, batc
                 if not part:
                     continue
             yield part
+
+
+def _trim_slice(part: SegmentSlice, last: int, low: int, high: int, timed: bool) -> SegmentSlice | None:
+    """`part` less the offsets up to `last` (read already) and, when `timed`, the records outside [low, high)."""
+    rows, offsets = part.rows, part.offsets
+    if offsets[0] <= last:
+        skip = bisect_right(offsets, last)
+        rows, offsets = rows.slice(skip), offsets[skip:]
+    if timed and offsets:
+        stamps = rows.column("timestamp").to_numpy()
+        keep = (stamps >= low) & (stamps < high)
+        if not keep.all():
+            rows, offsets = rows.filter(pa.array(keep)), [o for o, k in zip(offsets, keep.tolist(), strict=True) if k]
+    return SegmentSlice(rows, offsets) if offsets else None
 
 
 def read_unit(unit: Unit, bootstrap: str, archive_root: str | None) -> Iterator[Any]:

@@ -18,6 +18,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict
 
 from stylus.api import import_processor_class
+from stylus.archive import SegmentSlice
 from stylus.backfill.outputs import OutputTarget, TaskOutput, TopicOutput, open_output
 from stylus.backfill.plan import Unit
 from stylus.backfill.read import KafkaRange, open_unit, read_unit_batches
@@ -126,10 +127,21 @@ class UnitRun:
             # timers fire after each batch of `batch_size` records, as the stream's consume loop does;
             # without timers the batch size is only overhead, so read in bigger lists
             size = self.spec.batch_size if engine.track_time else max(self.spec.batch_size, READ_BATCH)
-            for batch in read_unit_batches(unit, job.bootstrap, job.archive_root, size, self.opened):
+            # a batch processor takes archive records as columns, with no object per record
+            columns = hasattr(engine, "process_run") and engine.dedup is None
+            for batch in read_unit_batches(unit, job.bootstrap, job.archive_root, size, self.opened,
+                                           columns=columns):
                 if self.first is None:
                     self.first = time.time()
-                self.read += engine.process_messages(batch, self._task_for)  # control records not counted
+                if isinstance(batch, SegmentSlice):
+                    from stylus.core.batch.columns import Run  # the batch extra: only batch processors get here
+
+                    topic, partition = batch.topic_partition()
+                    keys, values, stamps, headers = batch.columns()
+                    run = Run.of_columns(topic, partition, batch.offsets, keys, values, stamps, headers)
+                    self.read += engine.process_run(run, self._task_for)  # type: ignore[attr-defined]
+                else:
+                    self.read += engine.process_messages(batch, self._task_for)  # control records not counted
                 output.serve()
                 if engine.track_time:
                     # the stream's own estimator (upstream control records, lateness, floors), never idle:

@@ -14,10 +14,21 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 
-from stylus.archive import SCHEMA, list_segments, read_segment, read_segment_batches, segment_name, write_segment
+from stylus.archive import (
+    SCHEMA,
+    SegmentSlice,
+    list_segments,
+    read_segment,
+    read_segment_batches,
+    segment_name,
+    write_segment,
+)
 from stylus.backfill.bounds import parse_bound
 from stylus.backfill.job import plan_for, run_plan
+from stylus.backfill.plan import Chunk, Unit
+from stylus.backfill.read import read_unit_batches
 from stylus.config import load_pipeline
+from stylus.core.batch.columns import Run
 from stylus.core.engine import Engine, RaiseFailures
 from stylus.core.message import RawMessage
 from stylus.core.sink import CollectingSink
@@ -159,3 +170,28 @@ def test_history_gone_from_kafka_is_reprocessed_from_parquet(bootstrap: str, pip
     plan = plan_for(pipeline, "count", bootstrap, parse_bound("2024-05-02", default="earliest"), LATEST,
                     source="archive", archive_root=str(archive))
     assert run_plan(spark, pipeline, "count", plan).records == 1000 - 600
+
+
+@pytest.mark.parametrize(("min_ts", "max_ts"), [(None, None), (MIDNIGHT + 15, MIDNIGHT + 33)])
+def test_a_unit_read_as_columns_holds_the_records_the_messages_hold(tmp_path: Path, min_ts: int | None,
+                                                                    max_ts: int | None) -> None:
+    """Two archive files that overlap (10..29 and 20..44): each offset once, the first copy winning, within the
+    time bounds; as columns (a batch processor's `Run`) the same records, field for field, as the messages."""
+    def msg(o: int, copy: str) -> RawMessage:
+        return RawMessage("events", 1, o, b"k%d" % o, b"%s%d" % (copy.encode(), o), MIDNIGHT + o,
+                          [("h", b"%d" % o)] if o % 3 == 0 else None)
+
+    first = write_segment(str(tmp_path), "events", 1, [msg(o, "a") for o in range(10, 30)])
+    second = write_segment(str(tmp_path), "events", 1, [msg(o, "b") for o in range(20, 45)])
+    unit = Unit(index=0, topic="events", partition=1, min_ts=min_ts, max_ts=max_ts, next_offset=45,
+                chunks=(Chunk(source="archive", topic="events", partition=1, start=10, end=30, path=first.path),
+                        Chunk(source="archive", topic="events", partition=1, start=10, end=45, path=second.path)))
+    as_messages = [fields(m) for part in read_unit_batches(unit, "unused:1", str(tmp_path), 7) for m in part]
+    as_columns = []
+    for part in read_unit_batches(unit, "unused:1", str(tmp_path), 7, columns=True):
+        assert isinstance(part, SegmentSlice) and 0 < len(part.offsets) <= 7
+        run = Run.of_columns(*part.topic_partition(), part.offsets, *part.columns())
+        as_columns += [fields(run.message(i)) for i in range(len(run))]
+    low, high = min_ts or 0, max_ts or 2**63
+    expected = [fields(msg(o, "a" if o < 30 else "b")) for o in range(10, 45) if low <= MIDNIGHT + o < high]
+    assert as_messages == expected and as_columns == expected

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from stylus.archive import write_segment
 from stylus.backfill.bounds import parse_bound
@@ -61,3 +63,14 @@ def test_batch_processor_backfill_equals_the_stream(bootstrap: str, pipeline_fac
             assert state[(events, p)] == live[(events, p)], source
             assert result.next_offsets[(events, p)] == live[(events, p), "offset"]
         assert Counter((e.key, orjson.dumps(e.value)) for e in result.emitted) == live_out, source
+    # from the archive to Parquet: records in as columns, outputs out as columns (no object per record)
+    plan = plan_for(pipeline, "totals", bootstrap, EARLIEST, LATEST, source="archive", archive_root=str(archive),
+                    chunk_size=500)
+    result = run_plan(spark, pipeline, "totals", plan, OutputTarget(kind="parquet", path=str(tmp_path / "out")))
+    assert result.records == 4000 and result.outputs == {totals: 4000}
+    files = sorted((tmp_path / "out").glob("part-*.parquet"))
+    written = pa.concat_tables([pq.read_table(f) for f in files])
+    assert set(written.column("topic").to_pylist()) == {totals}
+    assert Counter((k, orjson.dumps(orjson.loads(v))) for k, v in zip(written.column("key").to_pylist(),
+                                                                       written.column("value").to_pylist(),
+                                                                       strict=True)) == live_out

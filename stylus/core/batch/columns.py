@@ -38,12 +38,15 @@ _ARROW_ERRORS = (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError
 
 
 class Run:
-    """One input partition's consecutive messages and what the batch path reads of each, read once."""
+    """One input partition's consecutive records and what the batch path reads of each, read once: from
+    messages (the stream, a Kafka range), or from columns (`of_columns`: an archive file's rows, no object per
+    record). `message(i)` is the record at `i` as a message, for the failure and late-record policies."""
 
-    __slots__ = ("headers", "keys", "msgs", "offsets", "timestamps", "values")
+    __slots__ = ("headers", "keys", "msgs", "offsets", "source", "timestamps", "values")
 
     def __init__(self, msgs: list[Any]) -> None:
-        self.msgs = msgs
+        self.msgs: list[Any] | None = msgs
+        self.source: tuple[str, int] = ("", -1)  # (topic, partition) of a run made of columns
         self.values: list[bytes | None]
         self.keys: list[bytes | None]
         self.timestamps: list[int]
@@ -53,7 +56,7 @@ class Run:
         if not msgs:  # a run of control records only, once they are taken out
             self.values, self.keys, self.timestamps, self.headers, self.offsets = [], [], [], [], range(0)
             return
-        if kinds == {RawMessage}:  # a backfill's archive records, tests: read the slots directly
+        if kinds == {RawMessage}:  # tests, a backfill's Kafka records wrapped: read the slots directly
             self.values, self.keys, self.timestamps, self.offsets, self.headers = (
                 list(map(get, msgs)) for get in _SLOTS)
             return
@@ -71,10 +74,37 @@ class Run:
         # offsets rise within a partition: first..last with no gap is every offset in between, read from no message
         self.offsets = range(first, last + 1) if last - first == len(msgs) - 1 else [m.offset() for m in msgs]
 
+    @classmethod
+    def of_columns(cls, topic: str, partition: int, offsets: Sequence[int], keys: list[bytes | None],
+                   values: list[bytes | None], timestamps: list[int], headers: list[Any]) -> Run:
+        """A run of one partition's records given as columns, in offset order."""
+        run = cls([])
+        run.msgs, run.source = None, (topic, partition)
+        first, last = (offsets[0], offsets[-1]) if len(offsets) else (0, -1)
+        run.offsets = range(first, last + 1) if last - first == len(offsets) - 1 else offsets
+        run.keys, run.values, run.timestamps, run.headers = keys, values, timestamps, headers
+        return run
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def message(self, i: int) -> Any:
+        """The record at `i` as a message (the one read, or one made of the columns)."""
+        if self.msgs is not None:
+            return self.msgs[i]
+        topic, partition = self.source
+        return RawMessage(topic, partition, self.offsets[i], self.keys[i], self.values[i], self.timestamps[i],
+                          self.headers[i])
+
     def without(self, drop: Sequence[int]) -> Run:
-        """The run less the messages at `drop` (control records)."""
+        """The run less the records at `drop` (control records)."""
         gone = set(drop)
-        return Run([m for i, m in enumerate(self.msgs) if i not in gone])
+        if self.msgs is not None:
+            return Run([m for i, m in enumerate(self.msgs) if i not in gone])
+        keep = [i for i in range(len(self)) if i not in gone]
+        return Run.of_columns(*self.source, [self.offsets[i] for i in keep], [self.keys[i] for i in keep],
+                              [self.values[i] for i in keep], [self.timestamps[i] for i in keep],
+                              [self.headers[i] for i in keep])
 
     def picker(self, offsets: Any) -> Callable[[Sequence[Any]], Sequence[Any]]:
         """A function that takes, from a sequence of the run's records (its `values`, `keys`, ...), the items of

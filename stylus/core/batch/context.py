@@ -2,7 +2,8 @@
 replay and `fire_timers` set) plus `emit_batch`, `forward`, the batch's event times and buffered timers.
 
 While `process_batch` runs, outputs wait in `_pending` in the engine's formats (where the sink offers its direct
-path, `Rows` of a batch's emit, or the positional arguments of `produce`; `(sink, topic, key, value, timestamp,
+path, `Rows` of a batch's emit, or the positional arguments of `produce`; where it takes rows as columns
+(`rows_sink`), one `(put, topic, keys, values, timestamps, None)`; `(sink, topic, key, value, timestamp,
 headers)` elsewhere)
 and timers in `_timers`: the engine releases both only when the (sub-)batch succeeded, so a batch that fails
 and is split leaves nothing behind.
@@ -162,8 +163,12 @@ class BatchContext(EngineContext):
                     pending.append((target, value, key, part, None, None, ts, [(name, stamp % (origin, index))]))
             return
         send = getattr(self._sink, "send", None)
-        if send is not None and parts is None:  # raw bytes: a KafkaSink's own path (it stamps timer outputs)
-            items: Any = zip(repeat(partial(_send, send)), repeat(target), keys, values, stamps, repeat(None))
+        offer = getattr(self._sink, "rows_sink", None)
+        put = offer(target) if offer is not None and parts is None else None
+        if put is not None:  # the rows as columns (a backfill's Parquet output)
+            items: Any = [(put, target, keys, values, stamps, None)]
+        elif send is not None and parts is None:  # raw bytes: a KafkaSink's own path (it stamps timer outputs)
+            items = zip(repeat(partial(_send, send)), repeat(target), keys, values, stamps, repeat(None))
         else:  # a sink that takes decoded values (tests, backfill's collecting outputs)
             decode = decoder(self._serdes[target])
             texts = [None if k is None else k.decode("utf-8", "surrogateescape") for k in keys]

@@ -77,17 +77,32 @@ class BatchEngine(Engine):
         dedup = self.dedup
         if dedup is not None:  # repeats dropped (offsets advanced) before any batch is formed
             msgs = dedup.filter(msgs, task_for)
-        ctx = self.ctx
         count = 0
         try:
             for (topic, partition), run in partition_runs(list(msgs), len(self.serdes) > 1):
                 count += self._run(task_for(topic, partition), topic, Run(run))
         finally:
-            ctx._pending = ctx._direct = ctx._stamp = ctx.record = None
-            ctx._run = ctx._timers = ctx.event_times = ctx._decoded = ctx._where = None
+            self._done()
         if dedup is not None:
             count += dedup.batch_dropped
         return count
+
+    def process_run(self, run: Run, task_for: Callable[[str, int], PartitionTask]) -> int:
+        """One partition's records already read as columns (`Run.of_columns`: an archive's rows), processed as
+        `process_messages` processes messages. Not with `dedup`, whose filter reads messages."""
+        if self.dedup is not None:
+            raise ValueError("a run of columns skips `dedup`'s filter: hand `dedup` processors messages")
+        topic, partition = run.source
+        try:
+            return self._run(task_for(topic, partition), topic, run)
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        """Between calls the context holds no batch: emits outside one (setup, timers) go straight out."""
+        ctx = self.ctx
+        ctx._pending = ctx._direct = ctx._stamp = ctx.record = None
+        ctx._run = ctx._timers = ctx.event_times = ctx._decoded = ctx._where = None
 
     # ---------------------------------------------------------------- one partition's run
     def _run(self, task: PartitionTask, topic: str, run: Run) -> int:
@@ -117,14 +132,14 @@ class BatchEngine(Engine):
             if control:
                 run = run.without(control)
         count = 0
-        if run.msgs:
+        if len(run):
             decoded, failed = decode_values(run.values, self.serdes[topic])
             start = 0
-            for i, exc in [*failed, (len(run.msgs), None)]:  # records that do not decode split the run
+            for i, exc in [*failed, (len(run), None)]:  # records that do not decode split the run
                 if i > start:
                     count += self._segment(task, topic, run, decoded, start, i)
                 if exc is not None:
-                    self.failures(run.msgs[i], exc, "decode", task)
+                    self.failures(run.message(i), exc, "decode", task)
                     task.next_offset = run.offsets[i] + 1
                 start = i + 1
         task.next_offset = end
@@ -132,7 +147,7 @@ class BatchEngine(Engine):
 
     def _segment(self, task: PartitionTask, topic: str, run: Run, decoded: list[Any], lo: int, hi: int) -> int:
         """Records lo..hi of the run, all decoded: the batch, event time and late rows, then `process_batch`."""
-        rows: range | None = None if lo == 0 and hi == len(run.msgs) else range(lo, hi)
+        rows: range | None = None if lo == 0 and hi == len(run) else range(lo, hi)
         batch = record_batch(run, rows, decoded, self.serdes[topic], self.fields)
         where: Sequence[int] = range(lo, hi)
         event_times = None
@@ -184,7 +199,7 @@ class BatchEngine(Engine):
         """The late policy for one record behind the watermark: True when it must not be processed."""
         key = run.keys[i]
         text = None if key is None else key.decode("utf-8", "surrogateescape")
-        return self.late(run.msgs[i], text, decoded[i], event_time, mark, self.ctx._sink)
+        return self.late(run.message(i), text, decoded[i], event_time, mark, self.ctx._sink)
 
     # ---------------------------------------------------------------- a batch, and its bisection
     def _attempt(self, task: PartitionTask, run: Run, batch: pa.RecordBatch, where: Sequence[int],
@@ -217,7 +232,7 @@ class BatchEngine(Engine):
             ctx._pending = ctx._timers = None
             if len(where) == 1 or not self.atomic:  # found (or no undo to split with: the run ends anyway)
                 ctx.record = _stand_in(run, where[0], task)
-                self.failures(run.msgs[where[0]], exc, "process", task)
+                self.failures(run.message(where[0]), exc, "process", task)
                 task.next_offset = run.offsets[last] + 1
                 return len(where)
             self.splits += 1

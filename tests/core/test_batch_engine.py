@@ -19,6 +19,7 @@ from stylus import BatchProcessor
 from stylus.config import parse_pipeline
 from stylus.config.model import Pipeline
 from stylus.core import CollectingSink, Engine, PartitionTask, RawMessage
+from stylus.core.batch.columns import Run
 from stylus.core.batch.engine import BatchEngine
 from stylus.core.engines import engine_for
 from stylus.eventtime.clock import clock_of
@@ -255,6 +256,32 @@ def test_bisection_dead_letters_the_failing_records_and_processes_the_rest_once(
     assert set(task.state.changes()) == {f"sn{i}".encode() for i in set(range(size)) - poison}  # failed: undone
     assert Poison.calls <= 1 + 2 * len(poison) * max(1, math.ceil(math.log2(size)))
     assert task.next_offset == size
+
+
+def test_a_run_of_columns_is_processed_as_the_same_records_as_messages() -> None:
+    """An archive's rows handed over as columns (`Run.of_columns`, no object per record): the same batches,
+    outputs, dead letters (a message made for each, field for field) and state as from messages."""
+    values: list[Any] = [{"n": i, **({"fail": True} if i in (3, 9) else {})} for i in range(12)]
+    values[6] = b"{not json"
+    msgs = [RawMessage("in", 0, 40 + i, b"k%d" % i, v if isinstance(v, bytes) else orjson.dumps(v), 1000 + i,
+                       [("h", b"%d" % i)] if i % 4 == 0 else None) for i, v in enumerate(values)]
+    seen = []
+    for form in ("messages", "columns"):
+        failures = Recorder()
+        _, engine, sink, task = setup(Poison(), failures=failures)
+        if form == "messages":
+            engine.process_messages(msgs, lambda t, p, task=task: task)
+        else:
+            run = Run.of_columns("in", 0, [m.offset() for m in msgs], [m.key() for m in msgs],
+                                 [m.value() for m in msgs], [m.timestamp()[1] for m in msgs],
+                                 [m.headers() for m in msgs])
+            engine.process_run(run, lambda t, p, task=task: task)
+        letters = [(m.topic(), m.partition(), m.offset(), m.key(), m.value(), m.timestamp(), m.headers(), stage)
+                   for m, stage, _ in failures.calls]
+        seen.append((letters, [(o.key, o.value) for o in sink.outputs], dict(task.state.changes()),
+                     task.next_offset))
+    assert seen[0] == seen[1]
+    assert [letter[2] for letter in seen[0][0]] == [43, 46, 49] and seen[0][3] == 52
 
 
 class Pad(BatchProcessor):

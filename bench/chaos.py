@@ -76,6 +76,8 @@ def report(args: argparse.Namespace, fingerprint: str, head: str, results: list[
         "results": [{"seed": r.seed, "combination": r.combo.name, "ok": r.ok, "known_bugs": known_bugs(r.combo),
                      "violations": r.violations,
                      "errors": [e[:2000] for e in r.errors], "notes": r.notes, "stats": r.stats, "kept": where,
+                     # a failed run's log tails, also here: the kept directory may be gone when it is read
+                     **({} if r.ok else {"logs": r.logs[-30_000:]}),
                      "stylus_sources": code}
                     for r, where, code in results],
     }

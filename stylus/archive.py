@@ -192,9 +192,13 @@ class SegmentSlice(NamedTuple):
     rows: pa.Table
     offsets: list[int]
 
-    def topic_partition(self) -> tuple[str, int]:
-        """The file's topic and partition (one of each per file, as `write_segment` writes them)."""
-        return self.rows.column("topic")[0].as_py(), self.rows.column("partition")[0].as_py()
+    def source(self) -> tuple[str, int] | None:
+        """The one topic and partition of the slice's rows (`write_segment` writes one of each per file); None
+        when they differ (a file written otherwise): such rows go as messages, each with its own."""
+        topic, partition = _values(self.rows, "topic"), _values(self.rows, "partition")
+        if isinstance(topic, repeat) and isinstance(partition, repeat):
+            return next(topic), next(partition)
+        return None
 
     def columns(self) -> tuple[list[bytes | None], list[bytes | None], list[int], list[Any]]:
         """keys, values, timestamps, headers: one item per record, no object per record."""

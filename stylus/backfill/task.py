@@ -133,14 +133,16 @@ class UnitRun:
                                            columns=columns):
                 if self.first is None:
                     self.first = time.time()
-                if isinstance(batch, SegmentSlice):
+                source = batch.source() if isinstance(batch, SegmentSlice) else None
+                if source is not None:
                     from stylus.core.batch.columns import Run  # the batch extra: only batch processors get here
 
-                    topic, partition = batch.topic_partition()
                     keys, values, stamps, headers = batch.columns()
-                    run = Run.of_columns(topic, partition, batch.offsets, keys, values, stamps, headers)
+                    run = Run.of_columns(*source, batch.offsets, keys, values, stamps, headers)
                     self.read += engine.process_run(run, self._task_for)  # type: ignore[attr-defined]
                 else:
+                    if isinstance(batch, SegmentSlice):  # rows of several partitions: each as its own message
+                        batch = batch.messages()
                     self.read += engine.process_messages(batch, self._task_for)  # control records not counted
                 output.serve()
                 if engine.track_time:

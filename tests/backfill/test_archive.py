@@ -20,6 +20,7 @@ from stylus.archive import (
     list_segments,
     read_segment,
     read_segment_batches,
+    read_segment_slices,
     segment_name,
     write_segment,
 )
@@ -122,6 +123,9 @@ def test_a_segment_written_out_of_order_or_with_mixed_rows_is_read_in_offset_ord
     pq.write_table(table, path)
     read = [fields(m) for b in read_segment_batches(str(tmp_path), str(path), 1, 5, 2) for m in b]
     assert read == [("events", o % 2, o, b"k", b"v%d" % o, (1, MIDNIGHT), None) for o in (1, 2, 3, 4)]
+    # as columns, such a slice names no one partition: a batch processor's task takes its rows as messages
+    assert [part.source() for part in read_segment_slices(str(tmp_path), str(path), 1, 5, 2)] == [None, None]
+    assert [part.source() for part in read_segment_slices(str(tmp_path), str(path), 2, 3, 2)] == [("events", 0)]
 
 
 def test_reading_a_segment_does_not_import_pandas(tmp_path: Path) -> None:
@@ -190,7 +194,10 @@ def test_a_unit_read_as_columns_holds_the_records_the_messages_hold(tmp_path: Pa
     as_columns = []
     for part in read_unit_batches(unit, "unused:1", str(tmp_path), 7, columns=True):
         assert isinstance(part, SegmentSlice) and 0 < len(part.offsets) <= 7
-        run = Run.of_columns(*part.topic_partition(), part.offsets, *part.columns())
+        source = part.source()
+        assert source == ("events", 1)
+        keys, values, stamps, headers = part.columns()
+        run = Run.of_columns(*source, part.offsets, keys, values, stamps, headers)
         as_columns += [fields(run.message(i)) for i in range(len(run))]
     low, high = min_ts or 0, max_ts or 2**63
     expected = [fields(msg(o, "a" if o < 30 else "b")) for o in range(10, 45) if low <= MIDNIGHT + o < high]

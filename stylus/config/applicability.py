@@ -7,6 +7,7 @@ refuses it with the fix, rather than accepting it and silently running without i
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from stylus.config.durations import format_duration
 from stylus.config.errors import Problem
@@ -144,32 +145,44 @@ def check_admin_settings(pipeline: Pipeline) -> list[Problem]:
 
 
 def check_at_most_once_producer(pipeline: Pipeline) -> list[Problem]:
-    """Producer retries (or the idempotent producer) on a processor with at-most-once output: a retried request
-    can write an output twice, which that output's promise forbids (stylus/kafka/settings.py)."""
-    from stylus.kafka.settings import RETRY_KEYS  # stylus.kafka builds on this package: import late
+    """Producer retries (or the idempotent producer), or `acks` waiting for the replicas, on a processor with
+    at-most-once output: a request sent again can write an output twice, which that output's promise forbids
+    (stylus/kafka/settings.py, AT_MOST_ONCE_PRODUCER)."""
+    from stylus.kafka.settings import AT_MOST_ONCE_ACKS, RETRY_KEYS  # stylus.kafka builds on this package
 
     problems: list[Problem] = []
     for name, spec in pipeline.processors.items():
         if spec.semantics.output != "at_most_once":
             continue
-        blocks = [("kafka", pipeline.kafka), (f"processors.{name}.kafka", spec.kafka)]
-        for where, block in blocks:
+        # the producer's settings as the worker layers them (stylus/kafka/settings.py, client_config): the
+        # pipeline's, then the processor's, each block's `producer:` over its common settings; the last wins
+        effective: dict[str, tuple[str, Any]] = {}
+        for where, block in (("kafka", pipeline.kafka), (f"processors.{name}.kafka", spec.kafka)):
             for prefix, settings in ((where, block), (f"{where}.producer", block.get("producer") or {})):
-                if not isinstance(settings, Mapping):
-                    continue
-                for key, value in settings.items():
-                    if key == "enable.idempotence" and str(value).lower() == "true":
-                        problems.append(_retrying(name, prefix, key, "the idempotent producer retries"))
-                    elif key in RETRY_KEYS and str(value) not in ("0", ""):
-                        problems.append(_retrying(name, prefix, key, f"`{key}: {value}` retries"))
+                if isinstance(settings, Mapping):
+                    effective.update((key, (prefix, value)) for key, value in settings.items()
+                                     if not isinstance(value, Mapping))
+        for key, (prefix, value) in effective.items():
+            if key == "enable.idempotence" and str(value).lower() == "true":
+                problems.append(_retrying(name, prefix, key, "the idempotent producer retries a request whose "
+                                          "answer was lost"))
+            elif key in RETRY_KEYS and str(value) not in ("0", ""):
+                problems.append(_retrying(name, prefix, key, f"`{key}: {value}` retries a request whose answer "
+                                          "was lost"))
+            elif key in ("acks", "request.required.acks") and str(value) not in AT_MOST_ONCE_ACKS:
+                problems.append(_retrying(
+                    name, prefix, key, f"`{key}: {value}` makes the leader wait for its replicas, and a leader that "
+                    "loses its leadership meanwhile answers \"not the leader\" for records it has written, which "
+                    "the client then sends again whatever its retry count"))
     return problems
 
 
-def _retrying(name: str, block: str, key: str, what: str) -> Problem:
+def _retrying(name: str, block: str, key: str, why: str) -> Problem:
     return Problem(f"{block}.{key}",
-                   f"{what} a request whose answer was lost, so an output of `{name}` could be written twice; its "
+                   f"{why}, so an output of `{name}` could be written twice; its "
                    "`semantics.output: at_most_once` allows each output once at most",
-                   f"remove `{key}` for `{name}` (its producer sends each output once), or use "
+                   f"remove `{key}` for `{name}` (its producer sends each output once), set it for `{name}` alone "
+                   f"under `processors.{name}.kafka.producer`, or use "
                    "`output: at_least_once`")
 
 

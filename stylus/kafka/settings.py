@@ -46,8 +46,14 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
 
 #: The output producer of an at-most-once processor sends each record once and never again. A retry (and the
 #: idempotent producer, which needs retries) re-sends a request whose answer was lost; the broker drops the copy
-#: only while it still holds the producer's sequence numbers, which a broker's unclean restart can lose.
-AT_MOST_ONCE_PRODUCER: dict[str, Any] = {"enable.idempotence": False, "message.send.max.retries": 0}
+#: only while it still holds the producer's sequence numbers, which a broker's unclean restart can lose. And
+#: librdkafka sends a batch again, whatever the retry count, when the broker answers that it is not the leader
+#: (it takes that answer to mean nothing was written); with `acks: all` a leader that loses its leadership (a
+#: controlled shutdown) while it waits to acknowledge answers so for records it has already written. With
+#: `acks: 1` it answers as soon as it has written them: what it loses then, at-most-once output may lose.
+AT_MOST_ONCE_PRODUCER: dict[str, Any] = {"enable.idempotence": False, "message.send.max.retries": 0, "acks": 1}
+#: the `acks` an at-most-once output producer may use: the leader's write alone, or no answer at all
+AT_MOST_ONCE_ACKS = ("0", "1")
 #: librdkafka's names for the retry count
 RETRY_KEYS = ("message.send.max.retries", "retries")
 

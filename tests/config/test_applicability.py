@@ -138,7 +138,9 @@ def test_admin_settings_that_the_admin_client_would_drop_are_refused() -> None:
 
 @pytest.mark.parametrize(("block", "setting"), [("pipeline", {"enable.idempotence": True}),
                                                 ("producer", {"message.send.max.retries": 3}),
-                                                ("processor", {"retries": "5"})])
+                                                ("processor", {"retries": "5"}),
+                                                ("producer", {"acks": "all"}),
+                                                ("pipeline", {"acks": -1})])
 def test_producer_retries_with_at_most_once_output_are_refused(block: str, setting: dict[str, Any]) -> None:
     doc = yaml.safe_load(_chain({}))
     up = doc["processors"]["up"]
@@ -152,4 +154,14 @@ def test_producer_retries_with_at_most_once_output_are_refused(block: str, setti
     assert problem.path.endswith(f".{key}") and "written twice" in problem.message
     assert f"remove `{key}`" in problem.fix and "at_least_once" in problem.fix
     up["semantics"] = {"output": "at_least_once"}  # retries are what at-least-once output wants
+    assert parse_pipeline(yaml.safe_dump(doc)).processors["up"]
+
+
+def test_a_pipeline_wide_acks_all_is_taken_when_the_at_most_once_processor_overrides_it() -> None:
+    doc = yaml.safe_load(_chain({}))
+    doc["kafka"] = {"acks": "all", "producer": {"retries": 5}}  # for the pipeline's other processors
+    up = doc["processors"]["up"]
+    up["semantics"] = {"output": "at_most_once"}
+    assert {p.path for p in _problems(yaml.safe_dump(doc)).problems} == {"kafka.acks", "kafka.producer.retries"}
+    up["kafka"] = {"producer": {"acks": 1, "retries": 0}}
     assert parse_pipeline(yaml.safe_dump(doc)).processors["up"]

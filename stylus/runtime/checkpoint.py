@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -108,6 +108,9 @@ class CheckpointScope:
     commit_timing: Timing
     #: where each output partition ends now (exactly-once output with record ids: saved at T4), or None
     output_marks: Callable[[], dict[str, int]] | None = None
+    #: seconds the group keeps a silent member (`session.timeout.ms`): held at-most-once output is released only
+    #: within it of the checkpoint's snapshot (see `_emit`); None: no limit
+    lease: float | None = None
 
 
 class PendingCheckpoint:
@@ -239,7 +242,7 @@ class PendingCheckpoint:
     def _run(self, steps: tuple[Step, ...]) -> None:
         for step in steps:
             if step is Step.EMIT:
-                self.scope.sink.produce_all(self.held)
+                self.scope.sink.produce_all(self._releasable())
                 if self.overlapped:  # on the checkpoint thread: the worker serves the delivery reports
                     self.scope.sink.await_delivery()
                 else:
@@ -252,6 +255,22 @@ class PendingCheckpoint:
                 if step is not Step.STATE:
                     self._commit_kafka()
             self.scope.faults.passed(step.value)
+
+    def _releasable(self) -> list[Any]:
+        """The held output to release, unless the checkpoint outlived the group's lease on its partitions. A
+        member the group has not heard from for `session.timeout.ms` (a frozen process, a long pause) is
+        evicted and its partitions go to another member, which starts from the committed offsets with the
+        state saved before them: it fires again the timers this checkpoint's held output came from. A
+        successful offsets commit does not tell it apart (the commit may have landed before the pause), so
+        after the lease the held output is dropped, as at-most-once output may be, rather than written twice."""
+        lease = self.scope.lease
+        elapsed = time.monotonic() - self.started
+        if lease is None or not self.held or elapsed <= lease:
+            return self.held
+        log.warning("%s: %d held outputs dropped: the checkpoint took %.1fs, longer than the group keeps a silent "
+                    "member (session.timeout.ms %.1fs), so its partitions may belong to another member now",
+                    self.scope.name, len(self.held), elapsed, lease)
+        return []
 
     def _commit_kafka(self) -> None:
         if not self.commits:

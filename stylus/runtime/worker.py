@@ -140,7 +140,9 @@ class Worker:
         marks_client_ = self.marks_client
         scope = CheckpointScope(
             name, self.ordering, self.consumer, self.sink, self.transaction, self.faults, self.stats.commit,
-            (lambda: output_marks(marks_client_, pipeline, spec.outputs)) if marks_client_ is not None else None)
+            (lambda: output_marks(marks_client_, pipeline, spec.outputs)) if marks_client_ is not None else None,
+            lease=int(consumer_config.get("session.timeout.ms", 45_000)) / 1000 if self.ordering.holds_output
+            else None)
         # remote monoid state saves in its own database transaction on the worker thread: no overlap there
         self.checkpointer = Checkpointer(
             scope, self, overlap=spec.checkpoint.overlap and remote_state is None, serve=self._serve,

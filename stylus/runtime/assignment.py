@@ -105,8 +105,12 @@ class Assignment:
         revoked = self._held(partitions)
         try:
             # one transaction holds every partition's output: it commits with all their offsets, or the
-            # outputs of the partitions kept would become visible without theirs
-            self.checkpointer.checkpoint(list(self.tasks.values()) if self.transaction is not None else revoked)
+            # outputs of the partitions kept would become visible without theirs. Held at-most-once output is
+            # not kept per partition either: the checkpoint that releases it commits every partition's offset,
+            # or a kept partition's output would go out with its offset uncommitted, and be written again by
+            # whoever next replays it from the older offset (chaos seed 86387)
+            whole = self.transaction is not None or self.checkpointer.scope.ordering.holds_output
+            self.checkpointer.checkpoint(list(self.tasks.values()) if whole else revoked)
             if self.transaction is not None:  # handed over cleanly: their next owner need not fence this producer
                 self.transaction.release([task for task in revoked if self.tasks.get(task.key) is task])
         finally:

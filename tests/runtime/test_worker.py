@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from stylus.config.model import FIGURE8_PAIRS
+from stylus.kafka.broker import free_port
 from stylus.runtime.worker import Worker
 from tests.conftest import PipelineFactory
 from tests.support.chaos import group_offsets, topic_ends
@@ -24,6 +26,17 @@ from tests.support.kafka import produce, read_raw
 from tests.support.state import summed_state
 
 PARTITIONS = 4
+
+
+def processed(port: int) -> float:
+    """`stylus_records_processed_total` of a worker's /metrics (0 before it answers)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return 0.0
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("stylus_records_processed_total"))
 
 
 def counter_doc(interval: str = "200ms") -> dict[str, object]:
@@ -290,3 +303,59 @@ def test_held_at_most_once_output_outliving_the_group_lease_is_dropped_not_relea
     held = int(dropped[0].split(": ")[1].split(" held")[0])
     out = read_raw(bootstrap, counts)
     assert held > 0 and len(out) == 300 - held  # the dropped ones never go out; the others once each
+
+
+@pytest.mark.parametrize("state", ["at_most_once", "exactly_once"])
+def test_a_revocation_under_held_output_commits_the_kept_partitions_offsets_too(
+        bootstrap: str, pipeline_factory: PipelineFactory, tmp_path: Path, state: str) -> None:
+    """Held at-most-once output is not kept per partition: the checkpoint of a cooperative revocation releases
+    the kept partition's held output too, so it commits the kept partition's offset too. Otherwise, when the
+    instance then dies before its next checkpoint, whoever takes the kept partition replays it from its older
+    offset and writes the released outputs again (chaos seed 86387)."""
+    path, pipeline = pipeline_factory({
+        "pipeline": "amo-revoke",
+        "kafka": {"consumer": {"session.timeout.ms": 3000, "heartbeat.interval.ms": 500}},
+        "topics": {"words": {"partitions": 2}, "counts": {"partitions": 2}},
+        "processors": {"counter": {
+            # slow: never at the end of its input while a runs, so its output stays held between checkpoints
+            "class": "tests.chaos.apps:SlowCounter", "config": {"sleep_ms": 5}, "batch_size": 50,
+            "inputs": ["words"], "outputs": ["counts"],
+            "semantics": {"state": state, "output": "at_most_once"},
+            "state": {"dir": str(tmp_path / "state")},
+            "checkpoint": {"interval": "60s"},  # nothing is released but by the revocation's checkpoint
+        }},
+    })
+    words, counts = pipeline.processors["counter"].inputs[0], pipeline.processors["counter"].outputs[0]
+    group = pipeline.group_id("counter")
+    run_stylus("topics", "create", str(path), bootstrap=bootstrap)
+    produce(bootstrap, words, [(f"k{i % 10}", {"i": i}) for i in range(2000)])  # both partitions
+    log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
+    port = free_port()
+    a = start(path, bootstrap, log_a, "--instance", "a", "--metrics-port", str(port))
+    b = None
+    try:
+        deadline = time.monotonic() + 60
+        while processed(port) < 100:  # outputs held on both partitions, none released
+            assert time.monotonic() < deadline and a.poll() is None, log_a.read_text()[-3000:]
+            time.sleep(0.1)
+        b = start(path, bootstrap, log_b, "--instance", "b")
+        wait_for_text(log_a, "revoking")
+        wait_for_text(log_b, "assigned")  # a's revocation, with its checkpoint, is over
+        released = {orjson.loads(m.value())["src"].split(":")[1] for m in read_raw(bootstrap, counts)}
+        a.kill()  # before a's next checkpoint: the partition it kept is b's after the session timeout
+        a.wait(timeout=30)
+        b.send_signal(signal.SIGTERM)
+        assert b.wait(timeout=60) == 0, log_b.read_text()[-3000:]
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    done = run_stylus("run", str(path), "--exit-when-idle", "1", bootstrap=bootstrap)
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = Counter(orjson.loads(m.value())["src"] for m in read_raw(bootstrap, counts))
+    twice = sorted(src for src, n in seen.items() if n > 1)
+    assert not twice, (f"{len(twice)} inputs written twice: {twice[:10]}; group offsets "
+                       f"{group_offsets(bootstrap, group, words, 2)}\n{log_a.read_text()[-3000:]}")
+    revoked = {line.split("revoking ")[1].split("[")[1].rstrip("]") for line in log_a.read_text().splitlines()
+               if "revoking " in line}
+    assert released - revoked, f"no held output of the partition a kept was released ({released}, {revoked})"

@@ -6,6 +6,7 @@ offset comes from the database's offsets table; its `save` merges deltas + offse
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from stylus.api import Processor
@@ -58,9 +59,10 @@ class RemotePartitionStore(PartitionStore):
             self.deltas.mark_clean()
 
     def prepare_save(self, offset: int | None = None, *, state: bool = True) -> Callable[[], None]:
-        """Remote state is saved at once, in its own database transaction: nothing is left for later."""
-        self.save(offset, state=state)
-        return lambda: None
+        """The save, for the checkpoint to run at its step: a database transaction of state and offsets, which
+        like a RocksDB write waits for the steps its ordering puts first (the flush of at-least-once output).
+        Remote state checkpoints inline (never overlapped), so no record changes the deltas in between."""
+        return partial(self.save, offset, state=state)
 
     def state_changes(self) -> dict[bytes, bytes | None]:
         raise RuntimeError("remote monoid state is saved by `save`, not as local KV changes")

@@ -42,6 +42,7 @@ class Assignment:
         self.forgotten: set[tuple[str, int]] = set()
         self.rejoin = False  # a transaction failed: rejoin the group after this batch (see `aborted`)
         self.rebalances = 0
+        self.failing = False  # the worker stops on an error: revocations save nothing more (`abandon`)
         self.assigned_once = False
         # the last rebalance callback was an assignment: the group is not moving partitions (an empty task
         # set means "none of them are ours", not "ours are on their way back")
@@ -97,10 +98,20 @@ class Assignment:
         else:
             consumer.assign(partitions)
 
+    def abandon(self) -> None:
+        """The worker is stopping on an error (a failed checkpoint, a bug): the revocation that leaving the
+        group brings must not checkpoint. Its outputs may be undelivered (the failure may be theirs), and a
+        checkpoint would save the offsets past them; the partitions are let go as lost ones are."""
+        self.failing = True
+
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._moved()
         if partitions:
             log.info("%s: revoking %s", self.name, ", ".join(f"{tp.topic}[{tp.partition}]" for tp in partitions))
+        if self.failing:
+            self.on_lost(consumer, partitions)
+            self._unassign(consumer, partitions)
+            return
         self.checkpointer.await_inflight()  # it may cover these partitions: let it land first
         revoked = self._held(partitions)
         try:
@@ -115,13 +126,16 @@ class Assignment:
                 self.transaction.release([task for task in revoked if self.tasks.get(task.key) is task])
         finally:
             self.drop(revoked)
-            if self.cooperative:
-                consumer.incremental_unassign(partitions)
-            else:
-                consumer.unassign()
+            self._unassign(consumer, partitions)
             self._unassigned(partitions)
             if self.tables is not None:
                 self.tables.revoked([(tp.topic, tp.partition) for tp in partitions])
+
+    def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self.cooperative:
+            consumer.incremental_unassign(partitions)
+        else:
+            consumer.unassign()
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """The partitions already belong to someone else: save nothing, forget buffered work."""
@@ -161,10 +175,11 @@ class Assignment:
         """No record of these comes any more: they need no filtering (see `forgotten`)."""
         self.forgotten.difference_update((tp.topic, tp.partition) for tp in partitions)
 
-    # ---------------------------------------------------------------- failed transactions
-    def transaction_failed(self, exc: Exception, *, fenced: bool) -> None:
-        """The worker's transaction did not commit: forget every partition's uncommitted work, give the
-        producer up, then rejoin the group (after this batch), so the partitions come back through the
+    # ---------------------------------------------------------------- failed checkpoints
+    def checkpoint_failed(self, exc: Exception, *, fenced: bool) -> None:
+        """A checkpoint failed: the worker's transaction did not commit, or the group refused the offsets of
+        held at-most-once output (its output was dropped). Forget every partition's uncommitted work, give
+        the producer up, then rejoin the group (after this batch), so the partitions come back through the
         group protocol (here or elsewhere) and are settled and replayed from their last commit like any new
         assignment, on a new producer. Reopening them in place could take them from a rightful new owner if
         this instance were a zombie whose group membership had already lapsed. Staged checkpoints stay when

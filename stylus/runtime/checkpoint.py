@@ -33,6 +33,15 @@ _REBALANCING = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN
                           KafkaError.UNKNOWN_MEMBER_ID})
 
 
+class _Refused(Exception):
+    """The group refused a checkpoint's offsets commit (it moved on to a new generation) while the checkpoint
+    holds at-most-once output: the checkpoint stops there (`PendingCheckpoint._refuse`)."""
+
+    def __init__(self, error: KafkaException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class Step(StrEnum):
     EMIT = "emit"  # release held output, then wait until the broker acknowledged all of it
     STATE = "state"  # write buffered state (and timers) to RocksDB
@@ -126,7 +135,9 @@ class PendingCheckpoint:
         # where each partition resumes: past every record whose work is complete, never past one in flight
         self.offsets = {task.key: task.checkpoint_offset for task in tasks}
         self.watermark = watermark  # what the output saved by this checkpoint covers
-        #: the transaction failed (the exception, and whether it was fenced): its partitions are replayed
+        #: the checkpoint failed (the exception, and whether it was fenced): its transaction did not commit, or
+        #: the group refused the offsets of held output; its remaining steps are skipped, and the worker
+        #: replays its partitions from their last commit
         self.failure: tuple[Exception, bool] | None = None
         self._gate: threading.Event | None = None  # set once an overlapped prefix's commit is settled
         self._gate_error: BaseException | None = None
@@ -187,7 +198,10 @@ class PendingCheckpoint:
             self.scope.consumer.commit(offsets=self.commits, asynchronous=True)
         except KafkaException as exc:  # not even sent: decide now, as a synchronous commit would
             self._gate.set()
-            self._commit_failed(exc)
+            try:
+                self._commit_failed(exc)
+            except _Refused as refused:
+                self._refuse(refused)
 
     def committed(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """The consumer's answer to a commit (on the worker thread): ours if it names our offsets."""
@@ -207,6 +221,8 @@ class PendingCheckpoint:
             return
         try:
             self._commit_kafka()
+        except _Refused as refused:  # the background stops on it (run_background), the worker goes on
+            self._gate_error = refused.error
         except BaseException as exc:
             self._gate_error = exc
             raise
@@ -228,9 +244,14 @@ class PendingCheckpoint:
                 raise RuntimeError(f"offsets commit unanswered after {COMMIT_TIMEOUT:.0f}s")
             error = self._gate_error
             if isinstance(error, KafkaException):
-                self._commit_failed(error)
+                try:
+                    self._commit_failed(error)
+                except _Refused as refused:
+                    self._refuse(refused)
             elif error is not None:
                 raise error
+            if self.failure is not None:
+                return
             for step in self.prefix:
                 self.scope.faults.passed(step.value)
         self._run(self.middle)
@@ -240,7 +261,15 @@ class PendingCheckpoint:
         self._run(self.suffix)
 
     def _run(self, steps: tuple[Step, ...]) -> None:
+        try:
+            self._run_steps(steps)
+        except _Refused as refused:
+            self._refuse(refused)
+
+    def _run_steps(self, steps: tuple[Step, ...]) -> None:
         for step in steps:
+            if self.failure is not None:  # nothing after a failed step
+                return
             if step is Step.EMIT:
                 self.scope.sink.produce_all(self._releasable())
                 if self.overlapped:  # on the checkpoint thread: the worker serves the delivery reports
@@ -281,19 +310,31 @@ class PendingCheckpoint:
             self._commit_failed(exc)
 
     def _commit_failed(self, exc: KafkaException) -> None:
-        """Decide about a failed offsets commit: harmless (return) or fatal (raise)."""
+        """Decide about a failed offsets commit: harmless (return), refused under held output (`_Refused`),
+        or fatal (raise)."""
         code = exc.args[0].code()
         if code == KafkaError._NO_OFFSET:
             return
+        if code not in _REBALANCING:
+            raise exc
         # A rebalance started between the state write and this commit (docs/faults.md). The offsets are
         # already in RocksDB; the Kafka commit only lags, so a new owner replays a little: harmless for
-        # at-least-once output. Held (at-most-once) output must not go out on a failed commit: raise.
-        if code in _REBALANCING and not self.held and not self.scope.ordering.holds_output:
-            log.warning(
-                "%s: offset commit skipped, the group is rebalancing (%s); the next owner may replay "
-                "records since the previous commit", self.scope.name, exc.args[0].str())
-            return
-        raise exc
+        # at-least-once output. Held (at-most-once) output must not go out on a refused commit.
+        if self.held or self.scope.ordering.holds_output:
+            raise _Refused(exc)
+        log.warning("%s: offset commit skipped, the group is rebalancing (%s); the next owner may replay "
+                    "records since the previous commit", self.scope.name, exc.args[0].str())
+
+    def _refuse(self, refused: _Refused) -> None:
+        """The group moved on before the offsets of held output were committed: whoever owns the partitions
+        next replays them from the group's last commit. The held output is dropped (at-most-once allows it;
+        released, it would be written again by that replay), the steps after the commit are skipped, and
+        `failure` tells the worker to forget the partitions' uncommitted work and rejoin the group, as after
+        a failed transaction (`Assignment.checkpoint_failed`)."""
+        self.failure = (refused.error, False)
+        dropped, self.held = len(self.held), []
+        log.warning("%s: offsets commit refused, the group moved on (%s): %d held outputs dropped",
+                    self.scope.name, refused.error.args[0].str(), dropped)
 
     def _transactions(self) -> None:
         """T1-T5 of stylus/runtime/transactions.py: one transaction for every partition with progress."""

@@ -21,7 +21,7 @@ from stylus.state.store import StateMap
 class CheckpointListener(Protocol):
     """What happens around a completed checkpoint, outside the checkpoint itself."""
 
-    def transaction_failed(self, exc: Exception, *, fenced: bool) -> None: ...
+    def checkpoint_failed(self, exc: Exception, *, fenced: bool) -> None: ...
 
     def completed(self, pending: PendingCheckpoint) -> None: ...
 
@@ -120,15 +120,16 @@ class Checkpointer:
 
     def _complete(self, pending: PendingCheckpoint) -> None:
         """Back on the worker thread once the steps are done."""
-        if pending.failure is not None:
+        for sink in self.sinks():
+            sink.resume()
+        if pending.failure is not None:  # its partitions are forgotten, to be replayed from their last commit
             exc, fenced = pending.failure
-            self.listener.transaction_failed(exc, fenced=fenced)
+            self.listener.checkpoint_failed(exc, fenced=fenced)
+            return
         for task in pending.tasks:
             task.committed_offset = pending.offsets[task.key]
             if isinstance(task.state, StateMap):
                 task.state.evict()
-        for sink in self.sinks():
-            sink.resume()
         self.count += 1
         self.stats.checkpoint.observe(time.monotonic() - pending.started)
         self.listener.completed(pending)

@@ -342,11 +342,18 @@ class Worker:
         return now - self._idle_since >= self.exit_when_idle
 
     def _close(self, *, checkpoint: bool) -> None:
+        """Leave the group and release everything, after a final checkpoint when `checkpoint`. Raises
+        WorkerFailed (once closed) when that checkpoint fails: its outputs or offsets may not be saved."""
+        final: Exception | None = None
         try:
             if checkpoint:
-                self.checkpoint()
-            else:
-                self.checkpointer.abandon()
+                try:
+                    self.checkpoint()
+                except Exception as exc:
+                    final = exc
+            if final is not None or not checkpoint:  # failing: nothing more is saved, by the revocation that
+                self.checkpointer.abandon()  # leaving the group brings either
+                self.assignment.abandon()
             self.consumer.close()  # leaves the group; revocation callbacks checkpoint what is left
         except Exception:
             log.exception("%s: error while closing", self.name)
@@ -370,10 +377,13 @@ class Worker:
             self.engine.in_order.close()
             self.processor.close()
             self.finished = True
+        if final is not None:
+            raise WorkerFailed(f"processor `{self.name}` failed: its final checkpoint: {type(final).__name__}: "
+                               f"{final}") from final
 
     # ---------------------------------------------------------------- CheckpointListener
-    def transaction_failed(self, exc: Exception, *, fenced: bool) -> None:
-        self.assignment.transaction_failed(exc, fenced=fenced)
+    def checkpoint_failed(self, exc: Exception, *, fenced: bool) -> None:
+        self.assignment.checkpoint_failed(exc, fenced=fenced)
 
     def completed(self, pending: PendingCheckpoint) -> None:
         self.event_time.after_checkpoint(pending.watermark, self.tasks.values())

@@ -28,15 +28,15 @@ from tests.support.state import summed_state
 PARTITIONS = 4
 
 
-def processed(port: int) -> float:
-    """`stylus_records_processed_total` of a worker's /metrics (0 before it answers)."""
+def metric(port: int, name: str) -> dict[str, float]:
+    """A worker's /metrics samples of `name`, by their label text (none before it answers)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
             text = answer.read().decode()
     except OSError:
-        return 0.0
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("stylus_records_processed_total"))
+        return {}
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+            if line.startswith(name + "{")}
 
 
 def counter_doc(interval: str = "200ms") -> dict[str, object]:
@@ -314,7 +314,8 @@ def test_a_revocation_under_held_output_commits_the_kept_partitions_offsets_too(
     offset and writes the released outputs again (chaos seed 86387)."""
     path, pipeline = pipeline_factory({
         "pipeline": "amo-revoke",
-        "kafka": {"consumer": {"session.timeout.ms": 3000, "heartbeat.interval.ms": 500}},
+        "kafka": {"consumer": {"session.timeout.ms": 3000, "heartbeat.interval.ms": 500,
+                               "max.partition.fetch.bytes": 2048}},
         "topics": {"words": {"partitions": 2}, "counts": {"partitions": 2}},
         "processors": {"counter": {
             # slow: never at the end of its input while a runs, so its output stays held between checkpoints
@@ -328,14 +329,16 @@ def test_a_revocation_under_held_output_commits_the_kept_partitions_offsets_too(
     words, counts = pipeline.processors["counter"].inputs[0], pipeline.processors["counter"].outputs[0]
     group = pipeline.group_id("counter")
     run_stylus("topics", "create", str(path), bootstrap=bootstrap)
-    produce(bootstrap, words, [(f"k{i % 10}", {"i": i}) for i in range(2000)])  # both partitions
+    for start_at in range(0, 2000, 200):  # small batches: the two partitions' records reach a interleaved
+        produce(bootstrap, words, [(f"k{i % 10}", {"i": i}) for i in range(start_at, start_at + 200)])
     log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
     port = free_port()
     a = start(path, bootstrap, log_a, "--instance", "a", "--metrics-port", str(port))
     b = None
     try:
         deadline = time.monotonic() + 60
-        while processed(port) < 100:  # outputs held on both partitions, none released
+        # records of both partitions processed (their output held, none released)
+        while sum(v > 0 for v in metric(port, "stylus_consumer_position").values()) < 2:
             assert time.monotonic() < deadline and a.poll() is None, log_a.read_text()[-3000:]
             time.sleep(0.1)
         b = start(path, bootstrap, log_b, "--instance", "b")

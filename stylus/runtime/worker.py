@@ -51,6 +51,7 @@ MAX_HELD_OUTPUT = 200_000
 #: memory back to the kernel, and the next ones fault it in again page by page, which costs far more kernel
 #: time than a small batch does. It also bounds what a crash loses and how long output waits.
 AT_MOST_ONCE_BATCH = 20_000
+HANDOVER_SLACK = 2.0  # seconds for a rebalance to complete once the group has noticed a member is gone
 #: Producers report failed deliveries only (`delivery.report.only.error`): serving them this often, not after
 #: every batch, spares the worker a GIL release and reacquire per producer per loop.
 POLL_INTERVAL = 0.05
@@ -93,6 +94,11 @@ class Worker:
         self._idle_since: float | None = None
         consumer_config = client_config("consumer", bootstrap, pipeline, name, self._consumer_defaults())
         self.batches = BatchSizer.for_consumer(spec.batch_size, consumer_config)  # fewer when records are big
+        # `--exit-when-idle` with partitions of the inputs held elsewhere waits this long after the last rebalance
+        # (see `_idle`): the group's session timeout, a heartbeat to learn of the rebalance, and the rebalance
+        self.handover_wait = (int(consumer_config.get("session.timeout.ms", 45_000))
+                              + int(consumer_config.get("heartbeat.interval.ms", 3_000))) / 1000 + HANDOVER_SLACK
+        self.input_partitions = sum(pipeline.topics[t].partitions for t in spec.inputs)
 
         producer_config = client_config(
             "producer", bootstrap, pipeline, name,
@@ -339,7 +345,14 @@ class Worker:
             return False
         if self._idle_since is None or self._idle_since < assignment.moved_at:
             self._idle_since = now
-        return now - self._idle_since >= self.exit_when_idle
+        wait = self.exit_when_idle
+        if len(self.tasks) < self.input_partitions:
+            # Idle means every input consumed, not only the partitions this member has. The others may be on
+            # their way here: a cooperative rebalance gives a joining member its partitions in a second round,
+            # and a member that stopped answering (frozen, or gone without leaving the group) keeps its
+            # partitions until its session times out. A member that waited this long is not getting them.
+            wait = max(wait, self.handover_wait)
+        return now - self._idle_since >= wait
 
     def _close(self, *, checkpoint: bool) -> None:
         """Leave the group and release everything, after a final checkpoint when `checkpoint`. Raises

@@ -362,3 +362,45 @@ def test_a_revocation_under_held_output_commits_the_kept_partitions_offsets_too(
     revoked = {line.split("revoking ")[1].split("[")[1].rstrip("]") for line in log_a.read_text().splitlines()
                if "revoking " in line}
     assert released - revoked, f"no held output of the partition a kept was released ({released}, {revoked})"
+
+
+def test_exit_when_idle_waits_for_partitions_held_by_a_member_that_is_gone(
+        bootstrap: str, pipeline_factory: PipelineFactory, tmp_path: Path) -> None:
+    """A member that stops answering (frozen here; after a broker restart, one that lost its partitions and
+    exited without leaving) keeps its partitions until its session times out: the sticky assignor leaves them
+    with it. A worker run with `--exit-when-idle` that has caught up on its own partitions must wait for those
+    too, or it exits 0 with their records unprocessed (chaos seeds 48231, 24315087)."""
+    doc = counter_doc(interval="200ms")
+    doc["topics"] = {"words": {"partitions": 2}, "counts": {"partitions": 2}}
+    doc["processors"]["counter"].update(  # type: ignore[index]
+        {"class": "tests.apps.counting:Passthrough", "semantics": {"output": "at_least_once"}})  # no state to lock
+    path, pipeline = pipeline_factory(doc)
+    words = pipeline.processors["counter"].inputs[0]
+    group = pipeline.group_id("counter")
+    run_stylus("topics", "create", str(path), bootstrap=bootstrap)
+
+    def everything_committed() -> bool:
+        ends = {p: high for p, (_, high) in topic_ends(bootstrap, words, 2).items()}
+        return group_offsets(bootstrap, group, words, 2) == ends
+
+    produce(bootstrap, words, [(f"w{i % 10}", {"i": i}) for i in range(100)])
+    log_a, log_b = tmp_path / "a.log", tmp_path / "b.log"
+    a = start(path, bootstrap, log_a, "--instance", "a")
+    b = None
+    try:
+        deadline = time.monotonic() + 60
+        while not everything_committed():
+            assert time.monotonic() < deadline and a.poll() is None, log_a.read_text()[-3000:]
+            time.sleep(0.2)
+        b = start(path, bootstrap, log_b, "--instance", "b", "--exit-when-idle", "0.5")
+        wait_for_text(log_b, "assigned")  # b has one partition, a the other
+        a.send_signal(signal.SIGSTOP)  # a holds its partition, silent, until its session times out (3 s)
+        produce(bootstrap, words, [(f"w{i % 10}", {"i": i}) for i in range(100, 200)])  # both partitions
+        assert b.wait(timeout=90) == 0, log_b.read_text()[-3000:]
+    finally:
+        a.send_signal(signal.SIGCONT)
+        a.kill()
+        a.wait()
+        if b is not None and b.poll() is None:
+            b.kill()
+    assert everything_committed(), (group_offsets(bootstrap, group, words, 2), log_b.read_text()[-3000:])

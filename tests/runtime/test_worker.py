@@ -20,6 +20,7 @@ from stylus.config.model import FIGURE8_PAIRS
 from stylus.kafka.broker import free_port
 from stylus.runtime.worker import Worker
 from tests.conftest import PipelineFactory
+from tests.state.helpers import wait_for
 from tests.support.chaos import group_offsets, topic_ends
 from tests.support.cli import ROOT, run_stylus, stylus_cmd, stylus_env, wait_for_text
 from tests.support.kafka import produce, read_raw
@@ -336,11 +337,11 @@ def test_a_revocation_under_held_output_commits_the_kept_partitions_offsets_too(
     a = start(path, bootstrap, log_a, "--instance", "a", "--metrics-port", str(port))
     b = None
     try:
-        deadline = time.monotonic() + 60
-        # records of both partitions processed (their output held, none released)
-        while sum(v > 0 for v in metric(port, "stylus_consumer_position").values()) < 2:
-            assert time.monotonic() < deadline and a.poll() is None, log_a.read_text()[-3000:]
-            time.sleep(0.1)
+        def both_partitions_processed() -> bool:  # their output held, none released
+            assert a.poll() is None, log_a.read_text()[-3000:]
+            return sum(v > 0 for v in metric(port, "stylus_consumer_position").values()) == 2
+
+        wait_for(both_partitions_processed, 60, "a to process records of both partitions", interval=0.1)
         b = start(path, bootstrap, log_b, "--instance", "b")
         wait_for_text(log_a, "revoking")
         wait_for_text(log_b, "assigned")  # a's revocation, with its checkpoint, is over
@@ -388,10 +389,8 @@ def test_exit_when_idle_waits_for_partitions_held_by_a_member_that_is_gone(
     a = start(path, bootstrap, log_a, "--instance", "a")
     b = None
     try:
-        deadline = time.monotonic() + 60
-        while not everything_committed():
-            assert time.monotonic() < deadline and a.poll() is None, log_a.read_text()[-3000:]
-            time.sleep(0.2)
+        wait_for(everything_committed, 60, "a to commit every input record",
+                 explain=lambda: log_a.read_text()[-3000:])
         b = start(path, bootstrap, log_b, "--instance", "b", "--exit-when-idle", "0.5")
         wait_for_text(log_b, "assigned")  # b has one partition, a the other
         a.send_signal(signal.SIGSTOP)  # a holds its partition, silent, until its session times out (3 s)

@@ -33,15 +33,6 @@ _REBALANCING = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN
                           KafkaError.UNKNOWN_MEMBER_ID})
 
 
-class _Refused(Exception):
-    """The group refused a checkpoint's offsets commit (it moved on to a new generation) while the checkpoint
-    holds at-most-once output: the checkpoint stops there (`PendingCheckpoint._refuse`)."""
-
-    def __init__(self, error: KafkaException) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
 class Step(StrEnum):
     EMIT = "emit"  # release held output, then wait until the broker acknowledged all of it
     STATE = "state"  # write buffered state (and timers) to RocksDB
@@ -198,10 +189,7 @@ class PendingCheckpoint:
             self.scope.consumer.commit(offsets=self.commits, asynchronous=True)
         except KafkaException as exc:  # not even sent: decide now, as a synchronous commit would
             self._gate.set()
-            try:
-                self._commit_failed(exc)
-            except _Refused as refused:
-                self._refuse(refused)
+            self._commit_failed(exc)
 
     def committed(self, err: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """The consumer's answer to a commit (on the worker thread): ours if it names our offsets."""
@@ -220,9 +208,7 @@ class PendingCheckpoint:
         if gate is None or gate.is_set():
             return
         try:
-            self._commit_kafka()
-        except _Refused as refused:  # the background stops on it (run_background), the worker goes on
-            self._gate_error = refused.error
+            self._commit_kafka()  # refused: `failure` is set, and the background stops on it
         except BaseException as exc:
             self._gate_error = exc
             raise
@@ -244,10 +230,7 @@ class PendingCheckpoint:
                 raise RuntimeError(f"offsets commit unanswered after {COMMIT_TIMEOUT:.0f}s")
             error = self._gate_error
             if isinstance(error, KafkaException):
-                try:
-                    self._commit_failed(error)
-                except _Refused as refused:
-                    self._refuse(refused)
+                self._commit_failed(error)
             elif error is not None:
                 raise error
             if self.failure is not None:
@@ -261,12 +244,6 @@ class PendingCheckpoint:
         self._run(self.suffix)
 
     def _run(self, steps: tuple[Step, ...]) -> None:
-        try:
-            self._run_steps(steps)
-        except _Refused as refused:
-            self._refuse(refused)
-
-    def _run_steps(self, steps: tuple[Step, ...]) -> None:
         for step in steps:
             if self.failure is not None:  # nothing after a failed step
                 return
@@ -283,6 +260,8 @@ class PendingCheckpoint:
                     write()
                 if step is not Step.STATE:
                     self._commit_kafka()
+                    if self.failure is not None:  # refused
+                        return
             self.scope.faults.passed(step.value)
 
     def _releasable(self) -> list[Any]:
@@ -310,8 +289,8 @@ class PendingCheckpoint:
             self._commit_failed(exc)
 
     def _commit_failed(self, exc: KafkaException) -> None:
-        """Decide about a failed offsets commit: harmless (return), refused under held output (`_Refused`),
-        or fatal (raise)."""
+        """Decide about a failed offsets commit: harmless (return), refused under held output (`_refuse`: the
+        checkpoint stops), or fatal (raise)."""
         code = exc.args[0].code()
         if code == KafkaError._NO_OFFSET:
             return
@@ -321,20 +300,21 @@ class PendingCheckpoint:
         # already in RocksDB; the Kafka commit only lags, so a new owner replays a little: harmless for
         # at-least-once output. Held (at-most-once) output must not go out on a refused commit.
         if self.held or self.scope.ordering.holds_output:
-            raise _Refused(exc)
+            self._refuse(exc)
+            return
         log.warning("%s: offset commit skipped, the group is rebalancing (%s); the next owner may replay "
                     "records since the previous commit", self.scope.name, exc.args[0].str())
 
-    def _refuse(self, refused: _Refused) -> None:
+    def _refuse(self, exc: KafkaException) -> None:
         """The group moved on before the offsets of held output were committed: whoever owns the partitions
         next replays them from the group's last commit. The held output is dropped (at-most-once allows it;
         released, it would be written again by that replay), the steps after the commit are skipped, and
         `failure` tells the worker to forget the partitions' uncommitted work and rejoin the group, as after
         a failed transaction (`Assignment.checkpoint_failed`)."""
-        self.failure = (refused.error, False)
+        self.failure = (exc, False)
         dropped, self.held = len(self.held), []
         log.warning("%s: offsets commit refused, the group moved on (%s): %d held outputs dropped",
-                    self.scope.name, refused.error.args[0].str(), dropped)
+                    self.scope.name, exc.args[0].str(), dropped)
 
     def _transactions(self) -> None:
         """T1-T5 of stylus/runtime/transactions.py: one transaction for every partition with progress."""

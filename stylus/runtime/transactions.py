@@ -370,7 +370,7 @@ class WorkerTransaction:
         if committed == offset and metadata == checkpoint_id:
             log.info("%s: applying the staged checkpoint %s at offset %d (its transaction committed)",
                      self.processor, checkpoint_id, offset)
-            store.apply_staged(offset, changes)
+            store.apply_staged_on_open(offset, changes)
         else:
             log.info("%s: discarding the staged checkpoint %s at offset %d (the group committed %s with %r: its "
                      "transaction did not commit)", self.processor, checkpoint_id, offset, committed, metadata)

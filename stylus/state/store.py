@@ -482,5 +482,14 @@ class PartitionStore:
     def discard_staged(self) -> None:
         self.kv.write({_STAGED: None, _STAGED_ID: None})
 
+    def apply_staged_on_open(self, offset: int, changes: dict[bytes, bytes | None]) -> None:
+        """Recovery's apply of a staged checkpoint whose transaction committed (R3): unlike the checkpoint's
+        own apply, nothing in memory has seen these changes. The user state reads the KV lazily (nothing has
+        read it yet), but the timers were read when the store opened and are read again: left as they were,
+        they would be the timers of the checkpoint before, so a window whose timer fired in the applied one
+        would fire again without its state, and one whose timer it set would never fire (chaos CI seed 524)."""
+        self.apply_staged(offset, changes)
+        self.timers = Timers(self.kv)
+
     def close(self) -> None:
         self.kv.close()

@@ -28,6 +28,15 @@ log = logging.getLogger(__name__)
 
 COMMIT_TIMEOUT = 60.0  # the longest an overlapped checkpoint waits for its offsets commit to be answered
 
+#: Commit errors that mean "the group's coordinator is away for now" (a broker restarting, the coordinator moving
+#: to another broker): librdkafka holds a commit back for `session.timeout.ms` while it looks for the
+#: coordinator, then fails it. Committing the same offsets again is harmless, so the commit is tried again until
+#: COMMIT_TIMEOUT; a group that moved on meanwhile answers with one of `_REBALANCING`.
+_COORDINATOR_AWAY = frozenset({KafkaError._WAIT_COORD, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                               KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                               KafkaError._TRANSPORT, KafkaError.REQUEST_TIMED_OUT, KafkaError._TIMED_OUT})
+COMMIT_RETRY_PAUSE = 0.5  # between commits while the coordinator is away
+
 #: Commit errors that mean "the group is rebalancing", not "the broker lost the offsets".
 _REBALANCING = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS,
                           KafkaError.UNKNOWN_MEMBER_ID})
@@ -199,6 +208,15 @@ class PendingCheckpoint:
         if {(tp.topic, tp.partition, tp.offset) for tp in partitions} != self._commit_keys:
             return
         error = err if err is not None else next((tp.error for tp in partitions if tp.error is not None), None)
+        if error is not None and error.code() in _COORDINATOR_AWAY and \
+                time.monotonic() < self.started + COMMIT_TIMEOUT - COMMIT_RETRY_PAUSE:
+            log.warning("%s: offsets commit not answered, the group's coordinator is away (%s); trying again",
+                        self.scope.name, error.str())
+            try:  # answered through consume() again; the background goes on waiting
+                self.scope.consumer.commit(offsets=self.commits, asynchronous=True)
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
         self._gate_error = KafkaException(error) if error is not None else None
         gate.set()
 
@@ -281,12 +299,22 @@ class PendingCheckpoint:
         return []
 
     def _commit_kafka(self) -> None:
+        """The synchronous offsets commit of a step (on the worker thread), tried again while the group's
+        coordinator is away (`_COORDINATOR_AWAY`)."""
         if not self.commits:
             return
-        try:
-            self.scope.consumer.commit(offsets=self.commits, asynchronous=False)
-        except KafkaException as exc:
-            self._commit_failed(exc)
+        deadline = time.monotonic() + COMMIT_TIMEOUT
+        while True:
+            try:
+                self.scope.consumer.commit(offsets=self.commits, asynchronous=False)
+                return
+            except KafkaException as exc:
+                if exc.args[0].code() not in _COORDINATOR_AWAY or time.monotonic() >= deadline:
+                    self._commit_failed(exc)
+                    return
+                log.warning("%s: offsets commit not answered, the group's coordinator is away (%s); trying again",
+                            self.scope.name, exc.args[0].str())
+                time.sleep(COMMIT_RETRY_PAUSE)
 
     def _commit_failed(self, exc: KafkaException) -> None:
         """Decide about a failed offsets commit: harmless (return), refused under held output (`_refuse`: the

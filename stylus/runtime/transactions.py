@@ -20,6 +20,7 @@ import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -220,7 +221,7 @@ class WorkerTransaction:
         self.changelog = pipeline.processors[processor].state.changelog
         self.sinks: dict[tuple[str, int], TransactionalSink] = {}
         self.tasks: dict[tuple[str, int], PartitionTask] = {}
-        self.failures: list[str] = []
+        self.failures: list[str] = []  # delivery failures of the open transaction's records
         self._stable_reader: Consumer | None = None
         self._new_producer()
 
@@ -234,16 +235,25 @@ class WorkerTransaction:
             **{"transactional.id": self.transactional_id, "client.id": f"{self.transactional_id}-{self.instance}",
                "transaction.timeout.ms": int(TXN_TIMEOUT * 1000), "delivery.report.only.error": True},
         )
-        self.producer = Producer(self.config | {"on_delivery": self._on_delivery})
+        self.producer = Producer(self.config | {"on_delivery": partial(self._on_delivery, self._token)})
         self.ready = False  # init_transactions done
         self.open = False
         self.stuck = False  # a call of ours hangs inside librdkafka: never touch the producer again
         self.fenced = False  # a newer producer owns the transactional id, or the group generation moved on
         self.abandoned = False  # given up after `Aborted`: the next producer of the id fences this one
+        self.failures = []
 
-    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
+    def _on_delivery(self, token: str, err: KafkaError | None, msg: Any) -> None:
+        """A record of the open transaction failed: its commit must not be taken for a success. Reports of a
+        producer given up are not the open transaction's (its records were aborted with it)."""
+        if err is not None and token == self._token:
             self.failures.append(f"{msg.topic()}: {err}")
+
+    def _forget_failures(self) -> None:
+        """After an abort: the aborted transaction's records fail as they are purged; their reports are served
+        here, and none of them is a failure of the next transaction."""
+        self.producer.poll(0)
+        self.failures = []
 
     # ------------------------------------------------------------------ recovery
     def start(self) -> None:
@@ -432,6 +442,7 @@ class WorkerTransaction:
                 self.producer.abort_transaction(TXN_TIMEOUT)
             except KafkaException as exc:
                 log.warning("%s: abort failed: %s", self.processor, exc)
+            self._forget_failures()
         self.open = False
         for task in self.tasks.values():
             if task.state is not None:
@@ -445,6 +456,7 @@ class WorkerTransaction:
                 self.producer.abort_transaction(5)
             except KafkaException as exc:
                 log.info("%s: abort after a failed transaction: %s", self.processor, exc)
+        self.failures = []  # the next transaction is another producer's, whose reports alone count
         self.open = False
         self.abandoned = True
 

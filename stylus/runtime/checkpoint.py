@@ -208,10 +208,7 @@ class PendingCheckpoint:
         if {(tp.topic, tp.partition, tp.offset) for tp in partitions} != self._commit_keys:
             return
         error = err if err is not None else next((tp.error for tp in partitions if tp.error is not None), None)
-        if error is not None and error.code() in _COORDINATOR_AWAY and \
-                time.monotonic() < self.started + COMMIT_TIMEOUT - COMMIT_RETRY_PAUSE:
-            log.warning("%s: offsets commit not answered, the group's coordinator is away (%s); trying again",
-                        self.scope.name, error.str())
+        if error is not None and self._try_again(error, self.started + COMMIT_TIMEOUT - COMMIT_RETRY_PAUSE):
             try:  # answered through consume() again; the background goes on waiting
                 self.scope.consumer.commit(offsets=self.commits, asynchronous=True)
                 return
@@ -309,12 +306,18 @@ class PendingCheckpoint:
                 self.scope.consumer.commit(offsets=self.commits, asynchronous=False)
                 return
             except KafkaException as exc:
-                if exc.args[0].code() not in _COORDINATOR_AWAY or time.monotonic() >= deadline:
+                if not self._try_again(exc.args[0], deadline):
                     self._commit_failed(exc)
                     return
-                log.warning("%s: offsets commit not answered, the group's coordinator is away (%s); trying again",
-                            self.scope.name, exc.args[0].str())
-                time.sleep(COMMIT_RETRY_PAUSE)
+                time.sleep(COMMIT_RETRY_PAUSE)  # a backoff: the next commit is answered at once while it is away
+
+    def _try_again(self, error: KafkaError, deadline: float) -> bool:
+        """Whether a failed offsets commit is sent again: the coordinator is away and `deadline` not past."""
+        if error.code() not in _COORDINATOR_AWAY or time.monotonic() >= deadline:
+            return False
+        log.warning("%s: offsets commit not answered, the group's coordinator is away (%s); trying again",
+                    self.scope.name, error.str())
+        return True
 
     def _commit_failed(self, exc: KafkaException) -> None:
         """Decide about a failed offsets commit: harmless (return), refused under held output (`_refuse`: the

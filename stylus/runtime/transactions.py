@@ -221,7 +221,6 @@ class WorkerTransaction:
         self.changelog = pipeline.processors[processor].state.changelog
         self.sinks: dict[tuple[str, int], TransactionalSink] = {}
         self.tasks: dict[tuple[str, int], PartitionTask] = {}
-        self.failures: list[str] = []  # delivery failures of the open transaction's records
         self._stable_reader: Consumer | None = None
         self._new_producer()
 
@@ -241,7 +240,7 @@ class WorkerTransaction:
         self.stuck = False  # a call of ours hangs inside librdkafka: never touch the producer again
         self.fenced = False  # a newer producer owns the transactional id, or the group generation moved on
         self.abandoned = False  # given up after `Aborted`: the next producer of the id fences this one
-        self.failures = []
+        self.failures: list[str] = []  # delivery failures of the open transaction's records
 
     def _on_delivery(self, token: str, err: KafkaError | None, msg: Any) -> None:
         """A record of the open transaction failed: its commit must not be taken for a success. Reports of a

@@ -109,7 +109,10 @@ def test_a_crashed_owners_open_transaction_is_aborted_by_the_partitions_next_own
     records = _records(6000)
     produce_now(bootstrap, events, records)
 
-    a = Instance(path_a, tmp_path / "a.log", bootstrap, name="a", env={"STYLUS_FAULT_KILL_AFTER": "txn.stage:1"})
+    # killed in its first checkpoint's stage, 2 s after it: its producer has sent the outputs the transaction
+    # holds by then, however busy the machine (without the pause they were at times still in the client)
+    a = Instance(path_a, tmp_path / "a.log", bootstrap, name="a",
+                 env={"STYLUS_FAULT_PAUSE_AFTER": "txn.stage:1:2", "STYLUS_FAULT_KILL_AFTER": "txn.stage:1"})
     b = Instance(path_b, tmp_path / "b.log", bootstrap, name="b")
     claims: set[str | None] = set()
 

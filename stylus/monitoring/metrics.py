@@ -192,6 +192,10 @@ class StylusCollector(Collector):
                                       labels=PROC_LABELS)
         work_retries = CounterMetricFamily("stylus_work_retries", "Records whose work was tried again after an "
                                            "attempt failed or timed out (`concurrency`)", labels=PROC_LABELS)
+        given_up = CounterMetricFamily("stylus_outputs_given_up", "At-most-once outputs not sent, as the promise "
+                                       "allows: their delivery failed for a passing cause (a cut connection, a "
+                                       "broker restart), or the group moved on before their offsets were "
+                                       "committed", labels=PROC_LABELS)
         work_timeouts = CounterMetricFamily("stylus_work_timeouts", "Attempts not complete within `work_timeout` "
                                             "(`concurrency`)", labels=PROC_LABELS)
         errors = self.errors()
@@ -213,6 +217,7 @@ class StylusCollector(Collector):
                     lag_secs.add_metric(labels, secs)
             processed.add_metric(proc, worker.processed)
             emitted.add_metric(proc, worker.sink.emitted)
+            given_up.add_metric(proc, worker.sink.given_up)
             dead.add_metric(proc, worker.failures.dead_lettered)
             skipped.add_metric(proc, worker.failures.skipped)
             rebalances.add_metric(proc, worker.rebalances)
@@ -245,7 +250,8 @@ class StylusCollector(Collector):
                 wm_lag.add_metric(proc, max(0.0, now - watermark / 1000.0))
         yield from (lag_msgs, lag_secs, position, committed, end, processed, emitted, dead, skipped, late,
                     rebalances, latency, ckpt, commit, last_ckpt, interval, backup_age, backup_done, backup_failed,
-                    wm_lag, assigned, running, duplicates, restarts, in_flight, work_retries, work_timeouts)
+                    wm_lag, assigned, running, duplicates, restarts, in_flight, work_retries, work_timeouts,
+                    given_up)
 
     def _lags(self, worker: Worker | ExecutableWorker, tasks: list[PartitionTask], now: float
               ) -> dict[TP, tuple[int | None, int | None, int | None, int | None, float | None]]:

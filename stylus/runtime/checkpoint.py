@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from stylus.core.task import PartitionTask
+from stylus.runtime.sink import DeliveryFailed
 
 if TYPE_CHECKING:
     from stylus.runtime.faults import FaultInjector
@@ -263,11 +264,7 @@ class PendingCheckpoint:
             if self.failure is not None:  # nothing after a failed step
                 return
             if step is Step.EMIT:
-                self.scope.sink.produce_all(self._releasable())
-                if self.overlapped:  # on the checkpoint thread: the worker serves the delivery reports
-                    self.scope.sink.await_delivery()
-                else:
-                    self.scope.sink.flush()
+                self._emit()
             elif step is Step.TRANSACTION:
                 self._transactions()
             else:
@@ -278,6 +275,28 @@ class PendingCheckpoint:
                     if self.failure is not None:  # refused
                         return
             self.scope.faults.passed(step.value)
+
+    def _emit(self) -> None:
+        """Release the held output and wait until the broker acknowledged everything produced so far.
+
+        A delivery that fails fails the checkpoint, except for at-most-once output failed by a passing cause (a
+        cut connection, a broker restarting, a timeout: `DeliveryFailed.passing`). Its offsets and state are
+        saved by then, and its producer never sends a record twice (AT_MOST_ONCE_PRODUCER), so the output is
+        given up: counted (`stylus_outputs_given_up`), logged, and the worker goes on, as the promise allows.
+        A cause that would fail every output (authorization, an unknown topic) still stops the worker."""
+        sink = self.scope.sink
+        sink.produce_all(self._releasable())
+        try:
+            if self.overlapped:  # on the checkpoint thread: the worker serves the delivery reports
+                sink.await_delivery()
+            else:
+                sink.flush()
+        except DeliveryFailed as exc:
+            if not self.scope.ordering.holds_output or not exc.passing:
+                raise
+            sink.given_up += exc.records
+            log.warning("%s: %d at-most-once outputs given up, their delivery failed (%s); the offsets and state "
+                        "they came from are saved, so they are not sent again", self.scope.name, exc.records, exc)
 
     def _releasable(self) -> list[Any]:
         """The held output to release, unless the checkpoint outlived the group's lease on its partitions. A
@@ -293,6 +312,7 @@ class PendingCheckpoint:
         log.warning("%s: %d held outputs dropped: the checkpoint took %.1fs, longer than the group keeps a silent "
                     "member (session.timeout.ms %.1fs), so its partitions may belong to another member now",
                     self.scope.name, len(self.held), elapsed, lease)
+        self.scope.sink.given_up += len(self.held)
         return []
 
     def _commit_kafka(self) -> None:
@@ -344,6 +364,7 @@ class PendingCheckpoint:
         a failed transaction (`Assignment.checkpoint_failed`)."""
         self.failure = (exc, False)
         dropped, self.held = len(self.held), []
+        self.scope.sink.given_up += dropped
         log.warning("%s: offsets commit refused, the group moved on (%s): %d held outputs dropped",
                     self.scope.name, exc.args[0].str(), dropped)
 

@@ -20,8 +20,35 @@ Pending = tuple[Any, ...]
 SERVED_ELSEWHERE_GRACE = 1.0
 
 
+#: Delivery errors of a passing cause (a cut connection, a broker restarting or moving a leader, a timeout):
+#: the same record may go through later. Any other error (authorization, an unknown topic, a record the broker
+#: refuses) would fail every output alike.
+PASSING_DELIVERY_ERRORS = frozenset({
+    KafkaError._TRANSPORT, KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN,
+    KafkaError.REQUEST_TIMED_OUT, KafkaError.NETWORK_EXCEPTION, KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.BROKER_NOT_AVAILABLE, KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.KAFKA_STORAGE_ERROR})
+
+
 class DeliveryFailed(RuntimeError):
-    pass
+    """Records the broker did not acknowledge: `failed` reported failed (their error codes in `codes`),
+    `unacknowledged` still unanswered when the wait ended."""
+
+    def __init__(self, message: str, *, failed: int = 0, unacknowledged: int = 0,
+                 codes: frozenset[int] = frozenset()) -> None:
+        super().__init__(message)
+        self.failed = failed
+        self.unacknowledged = unacknowledged
+        self.codes = codes
+
+    @property
+    def records(self) -> int:
+        return self.failed + self.unacknowledged
+
+    @property
+    def passing(self) -> bool:
+        """Whether every failure has a passing cause (PASSING_DELIVERY_ERRORS), so later records may go through."""
+        return self.codes <= PASSING_DELIVERY_ERRORS
 
 
 def message_max_bytes(config: Mapping[str, Any]) -> int:
@@ -86,8 +113,9 @@ class KafkaSink:
         self.hold = hold  # at-most-once output: always held until its checkpoint is saved
         self.paused = False  # held while a checkpoint is in flight on another thread
         self.held: list[Pending] = []
-        self.failures: list[str] = []
+        self.failures: list[tuple[str, KafkaError]] = []  # (topic, error) of each failed delivery report
         self.emitted = 0
+        self.given_up = 0  # at-most-once outputs not sent (stylus/runtime/checkpoint.py: _emit, _refuse)
 
     def __call__(
         self, topic: str, key: str | None, value: Any, timestamp: int, headers: Mapping[str, Any] | None,
@@ -188,7 +216,10 @@ class KafkaSink:
         """Wait until the broker acknowledged every record produced so far, or raise."""
         remaining = self.producer.flush(timeout)
         if remaining:
-            raise DeliveryFailed(f"{remaining} records still unacknowledged after {timeout}s")
+            failures, self.failures = self.failures, []
+            raise DeliveryFailed(f"{remaining} records still unacknowledged after {timeout}s",
+                                 failed=len(failures), unacknowledged=remaining,
+                                 codes=frozenset(err.code() for _, err in failures))
         self._raise_failures()
 
     def await_delivery(self, timeout: float = 60.0, *, grace: float = SERVED_ELSEWHERE_GRACE) -> None:
@@ -204,9 +235,11 @@ class KafkaSink:
     def _raise_failures(self) -> None:
         if self.failures:
             failures, self.failures = self.failures, []
-            raise DeliveryFailed(f"{len(failures)} records failed delivery; first: {failures[0]}")
+            topic, first = failures[0]
+            raise DeliveryFailed(f"{len(failures)} records failed delivery; first: {topic}: {first}",
+                                 failed=len(failures), codes=frozenset(err.code() for _, err in failures))
 
     def on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
-            self.failures.append(f"{msg.topic()}: {err}")
+            self.failures.append((msg.topic(), err))
 

@@ -27,6 +27,7 @@ from stylus.kafka.admin import create_topics, pipeline_topics
 from stylus.kafka.broker import EmbeddedBroker, free_port
 from stylus.kafka.offsets import end_offsets, topic_partitions
 from stylus.monitoring.lag import committed_offsets
+from stylus.monitoring.metrics import StylusCollector
 from stylus.runtime.runner import PipelineRunner
 from stylus.runtime.worker import Worker, WorkerFailed
 from stylus.state.kv import RocksKV
@@ -443,6 +444,50 @@ def test_dropped_connections_lose_nothing(proxied_broker: tuple[EmbeddedBroker, 
     if output == "exactly_once":
         seen = Counter((c["word"], c["count"]) for c in read_json(bootstrap, topic_out))
         assert seen == Counter({(w, k): 1 for w, n in truth.items() for k in range(1, n + 1)})
+
+
+@pytest.mark.parametrize("state, app, step", [
+    ("at_most_once", "tests.apps.faulty:BigState", "state"),
+    ("exactly_once", "tests.apps.faulty:BigState", "state+offsets"),
+    (None, "tests.apps.counting:Passthrough", "offsets"),
+])
+def test_at_most_once_output_a_cut_connection_failed_is_given_up_and_the_worker_goes_on(
+        proxied_broker: tuple[EmbeddedBroker, TcpProxy], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, state: str | None, app: str, step: str) -> None:
+    """At-most-once output whose delivery fails for a passing cause (every connection cut and refused past the
+    producer's `message.timeout.ms`, between the checkpoint's saved offsets and its release of the held output)
+    is given up, as its promise allows: counted, and the worker goes on. Every output is delivered or counted,
+    none twice, and every record after the outage comes out."""
+    broker, proxy = proxied_broker
+    bootstrap = broker.bootstrap
+    # the first checkpoint stalls 3 s after saving its offsets (and state), before its held output goes out
+    monkeypatch.setenv("STYLUS_FAULT_PAUSE_AFTER", f"{step}:1:3")
+    processor: dict[str, Any] = {"class": app, "semantics": {"state": state, "output": "at_most_once"},
+                                 "kafka": {"producer": {"message.timeout.ms": 2000}}}
+    if app.endswith("BigState"):
+        processor["config"] = {"size": 10}
+    pipeline = _pipeline(tmp_path, bootstrap, processor, name="giveup")
+    topic_in, topic_out = pipeline.processors["p"].inputs[0], pipeline.processors["p"].outputs[0]
+    produce(bootstrap, topic_in, [(f"k{i % 5}", {"id": i}) for i in range(200)])
+    caplog.set_level("WARNING", logger="stylus.runtime.faults")
+    bg = Background(pipeline, bootstrap)
+    wait_for(lambda: "fault injected: pausing" in caplog.text, 60, "the first checkpoint's pause")
+    assert proxy.drop_all(refuse_for=8.0) > 0  # past the pause and the 2 s the held output may wait
+    sink = bg.runner.workers["p"].sink
+    wait_for(lambda: bool(bg.runner.errors) or sink.given_up > 0, 60, "an output given up")
+    assert not bg.runner.errors
+    exported = {family.name: family for family in
+                StylusCollector(pipeline, lambda: bg.runner.workers, bootstrap).collect()}["stylus_outputs_given_up"]
+    assert [sample.value for sample in exported.samples if sample.name.endswith("_total")] == [sink.given_up]
+    wait_for(lambda: time.monotonic() > proxy.refuse_until, 10, "the end of the outage")
+    produce(bootstrap, topic_in, [(f"k{i % 5}", {"id": i}) for i in range(200, 400)])
+    wait_for(lambda: set(range(200, 400)) <= set(_ids(bootstrap, topic_out)) or bool(bg.runner.errors), 120,
+             "every record after the outage")
+    assert bg.stop() == 0, bg.runner.errors
+    ids = _ids(bootstrap, topic_out)
+    assert len(ids) == len(set(ids)), "an output written twice"
+    before = [i for i in ids if i < 200]
+    assert len(before) + sink.given_up >= 200, f"{200 - len(before)} outputs lost, {sink.given_up} counted"
 
 
 def test_an_aborted_transaction_while_records_keep_coming_loses_nothing(bootstrap: str, tmp_path: Path,

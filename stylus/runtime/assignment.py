@@ -13,7 +13,7 @@ from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
 from stylus.core.task import PartitionTask
 from stylus.runtime.checkpointing import Checkpointer
 from stylus.runtime.recovery import PartitionOpener
-from stylus.runtime.transactions import WorkerTransaction
+from stylus.runtime.transactions import Aborted, Fenced, WorkerTransaction
 
 if TYPE_CHECKING:
     from stylus.tables.registry import TableRegistry
@@ -87,7 +87,10 @@ class Assignment:
         if fresh and partitions:
             self.opener.restart_time()
             if self.transaction is not None:  # no partition names this producer yet: claim them before output
-                self.transaction.claim([(one.task, one.committed) for one in opened])
+                try:
+                    self.transaction.claim([(one.task, one.committed) for one in opened])
+                except (Aborted, Fenced) as exc:  # its transaction failed (a broker restarting): as a checkpoint's
+                    self.checkpoint_failed(exc, fenced=isinstance(exc, Fenced))
         for tp, one in zip(partitions, opened, strict=True):
             tp.offset = one.task.next_offset if one.task.next_offset is not None else OFFSET_STORED
         if partitions:
@@ -123,7 +126,10 @@ class Assignment:
             whole = self.transaction is not None or self.checkpointer.scope.ordering.holds_output
             self.checkpointer.checkpoint(list(self.tasks.values()) if whole else revoked)
             if self.transaction is not None:  # handed over cleanly: their next owner need not fence this producer
-                self.transaction.release([task for task in revoked if self.tasks.get(task.key) is task])
+                try:
+                    self.transaction.release([task for task in revoked if self.tasks.get(task.key) is task])
+                except (Aborted, Fenced) as exc:  # the next owner fences this producer: as a failed checkpoint
+                    self.checkpoint_failed(exc, fenced=isinstance(exc, Fenced))
         finally:
             self.drop(revoked)
             self._unassign(consumer, partitions)

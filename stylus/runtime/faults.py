@@ -4,11 +4,12 @@
 `STYLUS_FAULT_PAUSE_AFTER=state:2:8` stalls the thread running the checkpoint for 8 s the 2nd time the
 `state` step finishes (once), so a test can start a rebalance, stall the broker or let a transaction time
 out in the middle of a checkpoint. Points are the step names of stylus/runtime/checkpoint.py plus the
-transaction's inner points `txn.stage`, `txn.commit`, `txn.apply`, and `txn.stage.no-input` (a
-transaction of timers only, which consumed no input). `STYLUS_FAULT_ABORT_AT=txn.stage:3` fails the
-transaction with `Aborted` the 3rd time a partition is staged (`txn.stage`), as a lost connection or a hung client call
-would (after the pause, where both name the same point). Unset (the normal case), each costs one
-attribute check per step.
+transaction's inner points `txn.stage`, `txn.commit`, `txn.apply`, `txn.stage.no-input` (a
+transaction of timers only, which consumed no input) and `txn.mark` (before the transaction of an
+ownership mark: a partition claimed on assignment, or released on revocation).
+`STYLUS_FAULT_ABORT_AT=txn.stage:3` fails the transaction with `Aborted` the 3rd time a partition is
+staged (`txn.stage`), as a lost connection or a hung client call would (after the pause, where both name
+the same point). Unset (the normal case), each costs one attribute check per step.
 """
 
 from __future__ import annotations

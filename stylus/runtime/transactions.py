@@ -34,6 +34,7 @@ from stylus.kafka.producer import close_producer
 from stylus.kafka.settings import client_config
 from stylus.runtime.bounded import CallStuck, call_with_deadline
 from stylus.runtime.changelog import write_changes
+from stylus.runtime.faults import FaultInjector
 from stylus.runtime.sink import (
     SERVED_ELSEWHERE_GRACE,
     KafkaSink,
@@ -200,8 +201,9 @@ class WorkerTransaction:
     over every partition it holds: one transaction carries the outputs and input offsets of all of them."""
 
     def __init__(self, pipeline: Pipeline, processor: str, bootstrap: str, consumer: Consumer, ctx: EngineContext,
-                 instance: str, *, record_ids: bool = False) -> None:
+                 instance: str, *, record_ids: bool = False, faults: FaultInjector | None = None) -> None:
         self.pipeline = pipeline
+        self.faults = faults or FaultInjector("", "", "")  # `txn.mark`: before each ownership mark's transaction
         self.processor = processor
         self.bootstrap = bootstrap
         self.consumer = consumer
@@ -363,6 +365,7 @@ class WorkerTransaction:
                  for t in tasks if t.committed_offset is not None]
         if not marks or self.stuck or self.fenced or self.abandoned:
             return
+        self.faults.passed("txn.mark")
         self.begin()
         group_metadata = self.consumer.consumer_group_metadata()
         self._guard(lambda: self.producer.send_offsets_to_transaction(marks, group_metadata, OFFSETS_TIMEOUT),

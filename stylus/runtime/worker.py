@@ -142,7 +142,7 @@ class Worker:
         self.tasks: dict[tuple[str, int], PartitionTask] = {}
         self.transaction = (  # exactly-once output only
             WorkerTransaction(pipeline, name, bootstrap, self.consumer, self.engine.ctx, instance,
-                              record_ids=record_ids) if self.ordering.transactional else None)
+                              record_ids=record_ids, faults=self.faults) if self.ordering.transactional else None)
         marks_client_ = self.marks_client
         scope = CheckpointScope(
             name, self.ordering, self.consumer, self.sink, self.transaction, self.faults, self.stats.commit,

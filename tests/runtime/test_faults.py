@@ -490,6 +490,32 @@ def test_at_most_once_output_a_cut_connection_failed_is_given_up_and_the_worker_
     assert len(before) + sink.given_up >= 200, f"{200 - len(before)} outputs lost, {sink.given_up} counted"
 
 
+def test_a_claim_whose_transaction_fails_rejoins_and_stays_exact(bootstrap: str, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """The transaction that claims newly assigned partitions (`start@`/`owned@` marks, before any output)
+    fails with `Aborted`, as a broker restart during the assignment made it (chaos seed 528060000669): the
+    worker takes it as a failed checkpoint (forget, rejoin, claim again) instead of stopping, and its
+    exactly-once state and output stay exact."""
+    monkeypatch.setenv("STYLUS_FAULT_ABORT_AT", "txn.mark:1")
+    pipeline = _pipeline(tmp_path, bootstrap, {"class": "tests.apps.counting:WordCount",
+                                               "semantics": {"state": "exactly_once", "output": "exactly_once"}},
+                         name="claim")
+    topic_in, topic_out = pipeline.processors["p"].inputs[0], pipeline.processors["p"].outputs[0]
+    words = [f"w{i % 20}" for i in range(600)]
+    produce(bootstrap, topic_in, [(w, {"id": i}) for i, w in enumerate(words)])
+    caplog.set_level("WARNING", logger="stylus.runtime")
+    bg = Background(pipeline, bootstrap, exit_when_idle=3.0)
+    wait_for(lambda: not bg.thread.is_alive(), 120, "the worker to finish the input")
+    assert bg.code == 0, bg.runner.errors
+    assert "fault injected: transaction aborted at txn.mark" in caplog.text
+    assert "rejoining the consumer group" in caplog.text
+    truth = Counter(words)
+    seen = Counter((c["word"], c["count"]) for c in read_json(bootstrap, topic_out))
+    assert seen == Counter({(w, k): 1 for w, n in truth.items() for k in range(1, n + 1)})
+    assert summed_state(tmp_path / "state", pipeline.pipeline, "p", topic_in, 2) == truth
+
+
 def test_an_aborted_transaction_while_records_keep_coming_loses_nothing(bootstrap: str, tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A partition's transaction fails (`Aborted`, as after a lost connection or a hung client call) while

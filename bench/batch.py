@@ -126,6 +126,27 @@ def raw_totals(msgs: list[Any], producer: Any, topic_out: str, totals: dict[str,
     return handled
 
 
+def floor_body(msgs: list[Any], producer: Any, topic_out: str, counts: dict[str, Any], positions: dict[int, int],
+               stateful: bool, positional: bool) -> int:
+    """The least any path on this client can do for the same outputs (`floor` side): consume, read each record's
+    value, key and timestamp, produce as many records as the work does (all for the totals, the 3 in 5 with
+    `offset % 5 < 3` for the filter) with a fixed value, positionally. No decode, no decision, no state, no
+    encode: what is left is the client's price per record, which no columnar work can go under."""
+    produce, handled, fixed = producer.produce, 0, b'{"key":"k0","count":1,"sum":0.5}'
+    for msg in msgs:
+        value, key, offset = msg.value(), msg.key(), msg.offset()
+        positions[msg.partition()] = offset + 1
+        if stateful or offset % 5 < 3:
+            while True:
+                try:
+                    produce(topic_out, fixed if stateful else value, key, -1, None, None, msg.timestamp()[1])
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        handled += 1
+    return handled
+
+
 def pipeline_for(bootstrap: str, cls: str, topic_in: str, topic_out: str, state_dir: str, *, stateful: bool,
                  batch_size: int | None = None, partitions: int = PARTITIONS) -> Pipeline:
     return bench_pipeline(bootstrap, topic_in, topic_out, stateful, state_dir, cls=cls, batch_size=batch_size,
@@ -186,10 +207,10 @@ def side(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {}
     if kind in ("filter", "totals"):
         stateful = kind == "totals"
-        if which == "raw":
+        if which in ("raw", "floor"):
             pipeline = pipeline_for(bootstrap, "bench.throughput:KeepTypes", topic, out, state_dir, stateful=False)
-            result["rate"] = raw_loop(pipeline, bootstrap, topic, out, n, stateful=False,
-                                      body=raw_totals if stateful else None)
+            body = floor_body if which == "floor" else raw_totals if stateful else None
+            result["rate"] = raw_loop(pipeline, bootstrap, topic, out, n, stateful=stateful, body=body)
         else:
             cls = {("filter", "record"): "bench.throughput:KeepTypes", ("filter", "batch"): "bench.batch:KeepBatch",
                    ("totals", "record"): "bench.batch:Totals", ("totals", "batch"): "bench.batch:TotalsBatch"}
@@ -317,6 +338,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="the batch sides' `batch_size`")
     parser.add_argument("--repeat", type=int, default=1, help="rounds of each benchmark's sides, alternating; "
                         "ratios are the median over the rounds (each round's batch side against its own baseline)")
+    parser.add_argument("--floor", action="store_true", help="filter and totals: also run the client's floor "
+                        "(consume and produce as many records, no work: `floor_body`)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--side", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
@@ -331,9 +354,9 @@ def main() -> None:
     results: dict[str, list[dict[str, Any]]] = {}
     ratios: list[str] = []
 
-    def rounds(kind: str, sides: tuple[str, str, str], topic: str, want: Any = None,
+    def rounds(kind: str, sides: tuple[str, ...], topic: str, want: Any = None,
                archive: str | None = None) -> None:
-        """`repeat` rounds of the three sides (batch, baseline, per-record), then the summary line."""
+        """`repeat` rounds of the sides (batch, baseline, per-record[, floor]), then the summary lines."""
         print(kind, flush=True)
         for _ in range(args.repeat):
             for which in (*sides[1:], sides[0]):  # the baseline first, as in every round
@@ -342,8 +365,12 @@ def main() -> None:
                     result["exact"] = result.pop("sums") == want
                     print(f"    every window exact: {result['exact']}", flush=True)
                 results.setdefault(f"{kind}/{which}", []).append(result)
-        batch, base, record = (results[f"{kind}/{which}"] for which in sides)
+        batch, base, record = (results[f"{kind}/{which}"] for which in sides[:3])
         ratios.append(summary(kind, batch, base, record))
+        if len(sides) > 3:  # the client's floor (floor_body), against the same baseline
+            floor = sorted(f["rate"] / r["rate"] for f, r in zip(results[f"{kind}/floor"], base, strict=True))
+            ratios.append(f"{kind}: the client's floor (no decode, no work) = {statistics.median(floor):.2f}x the "
+                          f"raw loop (rounds {floor[0]:.2f}-{floor[-1]:.2f}x)")
 
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap
@@ -354,7 +381,7 @@ def main() -> None:
             load_input(bootstrap, plain, n)
         for kind in ("filter", "totals"):
             if kind in kinds:
-                rounds(kind, ("batch", "raw", "record"), plain)
+                rounds(kind, ("batch", "raw", "record", *(("floor",) if args.floor else ())), plain)
         if "windows" in kinds:
             from bench.windows import produce
 

@@ -1,9 +1,9 @@
 """A table's rows as output records, column-wise: value bytes, key bytes, timestamps.
 
-Values of a JSON topic are encoded by Polars (`struct.json_encode`), which writes byte for byte what orjson
-writes for the types a batch holds (ints, floats, strings, booleans, nulls, lists, structs; tested) at ~100-150
-ns per row from 2,000 rows (~260 at 500) against ~300 for a dict per row and `orjson.dumps`, but ~90 us per call:
-small tables, and tables Polars cannot take, go row by row through orjson (docs/batch.md has the figures).
+Values of a JSON topic are encoded by Polars (`struct.json_encode` of one struct Series), which writes byte for
+byte what orjson writes for the types a batch holds (ints, floats, strings, booleans, nulls, lists, structs;
+tested) and costs little per row but a fixed price per call: small tables, and tables Polars cannot take, go row
+by row through orjson (docs/batch.md, "Choosing the libraries", has the figures).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from stylus.core.sink import FRAMING_BYTES
 from stylus.serde import encoder
 
 Table: TypeAlias = Any  # a pyarrow Table or RecordBatch (pyarrow has no type hints)
-#: from this many rows on, Polars encodes (~100-150 ns a row, ~90 us a call); fewer: orjson, a dict per row
+#: from this many rows on, Polars encodes; fewer: orjson, a dict per row (docs/batch.md)
 POLARS_ROWS = 512
 
 
@@ -49,10 +49,12 @@ def encode_values(table: Table, columns: list[str], serde: str) -> tuple[list[by
             sub = sub.rename_columns([name.removeprefix(RENAMED) for name in columns])
         values = []
         if rows >= POLARS_ROWS:
-            try:
-                frame = pl.from_arrow(sub)
-                assert isinstance(frame, pl.DataFrame)
-                text = frame.select(pl.struct(pl.all()).struct.json_encode()).to_series().to_arrow()
+            try:  # one struct Series: about half the per-call price of a DataFrame and a `select`
+                rows_struct = pa.StructArray.from_arrays([_array(column) for column in sub.columns],
+                                                         names=sub.column_names)
+                series = pl.from_arrow(rows_struct)
+                assert isinstance(series, pl.Series)
+                text = series.struct.json_encode().to_arrow()
                 return text.cast(pa.large_binary()).to_pylist(), text.nbytes
             except Exception:  # a type Polars does not take (maps, unions, ...): one dict per row
                 pass
@@ -95,6 +97,11 @@ def int_list(table: Table, spec: Any, default: int, *, meta: str) -> list[int]:
     if isinstance(spec, int):
         return [spec] * table.num_rows
     return _pylist(table.column(spec) if isinstance(spec, str) else spec)
+
+
+def _array(column: Any) -> pa.Array:
+    """A column as one Arrow array (a table's column may be chunked)."""
+    return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
 def _pylist(column: Any) -> list[Any]:

@@ -27,7 +27,7 @@ from stylus.serde import encoder
 
 Table: TypeAlias = Any  # a pyarrow Table or RecordBatch (pyarrow has no type hints)
 #: from this many rows on, Polars encodes; fewer: orjson, a dict per row (docs/batch.md)
-POLARS_ROWS = 512
+POLARS_ROWS = 256
 
 
 def value_columns(table: Table) -> list[str]:

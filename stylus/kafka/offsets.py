@@ -31,10 +31,11 @@ def end_offsets(bootstrap: str, partitions: Iterable[tuple[str, int]],
         consumer.close()
 
 
-#: ListOffsets answers while a partition's leader is being elected or moves (a fresh topic, a broker restart)
-#: or the connection was just lost: the same call succeeds soon.
+#: ListOffsets answers while a partition's leader is being elected or moves (a fresh topic, a broker restart),
+#: the connection was just lost, or the client replaced its handle of a restarting broker (`_DESTROY_BROKER`):
+#: the same call succeeds soon.
 _LEADER_MOVING = frozenset({KafkaError._UNKNOWN_PARTITION, KafkaError._TRANSPORT, KafkaError._TIMED_OUT,
-                            KafkaError._ALL_BROKERS_DOWN, KafkaError.LEADER_NOT_AVAILABLE,
+                            KafkaError._ALL_BROKERS_DOWN, KafkaError._DESTROY_BROKER, KafkaError.LEADER_NOT_AVAILABLE,
                             KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.REQUEST_TIMED_OUT})
 
 

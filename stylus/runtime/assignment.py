@@ -193,8 +193,9 @@ class Assignment:
         offsets) and go when the transaction certainly did not commit (fenced)."""
         log.warning("%s: %s; replaying %s from their last commit", self.name, exc,
                     ", ".join(f"{t.topic}[{t.partition}]" for t in self.tasks.values()) or "no partitions")
-        # at-most-once output held since the failed checkpoint's snapshot came from records that will be replayed
-        # too (an overlapped checkpoint lets the worker go on): released later, it would be written twice
+        # output held since the failed checkpoint's snapshot (at-most-once output, or any output while an
+        # overlapped checkpoint was in flight) came from records that will be replayed too: released, it would
+        # be written twice, or produced into a transaction that failed
         dropped = self.checkpointer.drop_held()
         if dropped:
             log.warning("%s: %d held outputs of records processed since that checkpoint dropped", self.name, dropped)

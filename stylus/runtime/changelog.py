@@ -8,6 +8,11 @@ partition `read_committed` from its beginning rebuilds exactly the state the com
 without a backup and without the input (which retention may have deleted). Compaction keeps the latest value of
 each key, and a tombstone (a None value) deletes it.
 
+Each checkpoint's records start with an offset mark: the state store's own offset key, holding the input offset
+the checkpoint brings the state to. A restore for the group's committed offset C stops at the first mark past
+C: the partition may have moved on to another owner while the restore ran (a frozen restorer, a zombie), and
+the later transactions belong to later offsets, which recovery replays or the new owner holds.
+
 This module only writes and reads the records; wiring them into the checkpoint and recovery is the runtime's.
 """
 
@@ -24,6 +29,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from stylus.kafka.offsets import watermarks
 from stylus.state.kv import KV
+from stylus.state.store import PartitionStore
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +45,10 @@ _PERMANENT = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHO
 STALL_TIMEOUT = 60.0
 
 
+#: the key of a checkpoint's offset mark: the state store's own offset key, so a restored mark is harmless
+OFFSET_MARK = PartitionStore.OFFSET_KEY
+
+
 @dataclass(frozen=True)
 class RestoreResult:
     records: int  # changelog records read (tombstones included); keys overwritten later count each time
@@ -46,13 +56,17 @@ class RestoreResult:
     bytes: int  # key + value bytes read
 
 
-def write_changes(producer: Producer, topic: str, partition: int, changes: Mapping[bytes, bytes | None]) -> int:
-    """Produce each state change to `partition` of the changelog (None: a tombstone) and return how many.
+def write_changes(producer: Producer, topic: str, partition: int, changes: Mapping[bytes, bytes | None],
+                  offset: int | None = None) -> int:
+    """Produce each state change to `partition` of the changelog (None: a tombstone) and return how many;
+    with `offset`, first the mark of the input offset these changes bring the state to.
 
     The partition is explicit, not chosen by key: changelog partition p holds the state of input partition p,
     whatever the state's keys hash to. The caller owns the producer (transactional: these records commit or
     abort with the checkpoint's transaction), so nothing here flushes, commits or waits for delivery."""
     count = 0
+    if offset is not None:
+        changes = {**PartitionStore.offset_change(offset), **changes}
     for key, value in changes.items():
         while True:
             try:
@@ -65,9 +79,10 @@ def write_changes(producer: Producer, topic: str, partition: int, changes: Mappi
 
 
 def restore(consumer_config: dict[str, Any], topic: str, partition: int, kv: KV, *,
-            progress: Callable[[int, int], None] | None = None) -> RestoreResult:
+            progress: Callable[[int, int], None] | None = None, upto: int | None = None) -> RestoreResult:
     """Read changelog `partition` of `topic` from its beginning to its end into `kv` (a RocksKV, written in
-    batches of RESTORE_BATCH): later records of a key win, tombstones delete it.
+    batches of RESTORE_BATCH): later records of a key win, tombstones delete it. With `upto`, the read stops
+    at the first offset mark past it: the state is then that of input offset `upto`.
 
     The end is the partition's last stable offset when the restore starts (read_committed): every committed
     transaction before it is read, aborted ones are skipped by the consumer. A transaction still open then
@@ -111,8 +126,11 @@ def restore(consumer_config: dict[str, Any], topic: str, partition: int, kv: KV,
                 if msg.offset() >= end:  # committed after the restore began: not part of what it restores
                     position = end
                     break
-                position = msg.offset() + 1
                 key, value = msg.key(), msg.value()
+                if key == OFFSET_MARK and upto is not None and value and PartitionStore.offset_of(value) > upto:
+                    position = end  # a later checkpoint's changes: not part of the state at `upto`
+                    break
+                position = msg.offset() + 1
                 records += 1
                 size += len(key or b"") + len(value or b"")
                 if key is not None:  # a changelog record always has a key; a keyless one restores nothing

@@ -119,13 +119,17 @@ class Checkpointer:
             self.serve(0.005)
 
     def _complete(self, pending: PendingCheckpoint) -> None:
-        """Back on the worker thread once the steps are done."""
-        for sink in self.sinks():
-            sink.resume()
-        if pending.failure is not None:  # its partitions are forgotten, to be replayed from their last commit
+        """Back on the worker thread once the steps are done: output flows again. After a failure the
+        partitions are forgotten first, to be replayed from their last commit, and the output held meanwhile
+        goes with them: it came from records that are replayed, and the failed transaction takes no records."""
+        if pending.failure is not None:
             exc, fenced = pending.failure
             self.listener.checkpoint_failed(exc, fenced=fenced)
+            for sink in self.sinks():
+                sink.resume()
             return
+        for sink in self.sinks():
+            sink.resume()
         for task in pending.tasks:
             task.committed_offset = pending.offsets[task.key]
             if isinstance(task.state, StateMap):

@@ -9,7 +9,8 @@ transaction of timers only, which consumed no input) and `txn.mark` (before the 
 ownership mark: a partition claimed on assignment, or released on revocation).
 `STYLUS_FAULT_ABORT_AT=txn.stage:3` fails the transaction with `Aborted` the 3rd time a partition is
 staged (`txn.stage`), as a lost connection or a hung client call would (after the pause, where both name
-the same point). Unset (the normal case), each costs one attribute check per step.
+the same point): the client's transaction is aborted first, so, as after a real failure, it takes no more
+records until the next one begins. Unset (the normal case), each costs one attribute check per step.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 
 ENV = "STYLUS_FAULT_KILL_AFTER"
 PAUSE_ENV = "STYLUS_FAULT_PAUSE_AFTER"
@@ -40,7 +42,9 @@ class FaultInjector:
             point, count, seconds = pause.rsplit(":", 2)
             self.pause_point, self.pause_remaining, self.pause_seconds = point, int(count), float(seconds)
 
-    def passed(self, point: str) -> None:
+    def passed(self, point: str, on_abort: Callable[[], None] | None = None) -> None:
+        """`point` was reached. An abort injected here first calls `on_abort`: what the failing client call
+        would have left behind (a transaction the client no longer has open)."""
         if point == self.pause_point:
             self.pause_remaining -= 1
             if self.pause_remaining == 0:
@@ -53,6 +57,8 @@ class FaultInjector:
                 from stylus.runtime.transactions import Aborted  # the checkpoint's own failure type
 
                 log.warning("fault injected: transaction aborted at %s", point)
+                if on_abort is not None:
+                    on_abort()
                 raise Aborted(f"fault injected: transaction aborted at {point}")
         if self.point is None or point != self.point:
             return

@@ -110,14 +110,16 @@ class PartitionOpener:
         """R2 with `state.changelog`: local state that is missing while the group has committed C is read
         back from the partition's changelog, whose committed records are exactly the state changes of the
         transactions up to C (their previous owner is fenced already, so none is left open): the state is
-        then at C, with nothing to replay."""
+        then at C, with nothing to replay. The read stops at the first offset mark past C: when the partition
+        moved on to another owner during the restore (this instance frozen, or a zombie), its later
+        transactions would otherwise be taken as part of C, and applied again by the replay past C."""
         if not committed or kv.get(PartitionStore.OFFSET_KEY) is not None:  # nothing committed: nothing to read
             return
         changelog = self.pipeline.changelog_topic(self.name, topic)
         log.info("%s: local state of %s[%d] is missing; restoring it from %s (the group committed %d)",
                  self.name, topic, partition, changelog, committed)
         result = restore_changelog(client_config("consumer", self.bootstrap, self.pipeline, self.name), changelog,
-                                   partition, kv)
+                                   partition, kv, upto=committed)
         kv.write(PartitionStore.offset_change(committed))
         log.info("%s: restored %s[%d] from %s: %d records (%.1f MB) in %.2fs, at offset %d", self.name, topic,
                  partition, changelog, result.records, result.bytes / 1e6, result.seconds, committed)

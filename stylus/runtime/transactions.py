@@ -405,7 +405,7 @@ class WorkerTransaction:
             task.store.stage(snap.offset, snap.changes, snap.checkpoint_id)
         if self.changelog and snap.changes:
             write_changes(self.producer, self.pipeline.changelog_topic(self.processor, task.topic), task.partition,
-                          snap.changes)
+                          snap.changes, offset=snap.offset)
 
     def send_offsets(self, snaps: list[TxnSnapshot], group_metadata: Any) -> None:
         """T2: every partition's next offset, with its checkpoint id, joins the transaction."""
@@ -449,6 +449,17 @@ class WorkerTransaction:
         for task in self.tasks.values():
             if task.state is not None:
                 task.state.discard_changes()
+
+    def fail_open_transaction(self) -> None:
+        """Leave the client as a failed transactional call does (an injected fault's `Aborted`): its
+        transaction ended, so a record produced now is refused (`_STATE`) until the next one begins. The
+        partitions' state is left to the failed checkpoint's handling."""
+        if self.open:
+            try:
+                self.producer.abort_transaction(TXN_TIMEOUT)
+            except KafkaException as exc:
+                log.warning("%s: abort failed: %s", self.processor, exc)
+            self.open = False
 
     def abandon(self) -> None:
         """Give the producer up after `Aborted` or `Fenced`: abort what can be aborted, never wait on a hung

@@ -398,11 +398,16 @@ class PartitionStore:
 
     def stored_offset(self) -> int | None:
         raw = self.kv.get(_OFFSET_KEY)
-        return None if raw is None else int(_TS.unpack(raw)[0])
+        return None if raw is None else self.offset_of(raw)
 
     @staticmethod
     def offset_change(offset: int) -> dict[bytes, bytes | None]:
         return {_OFFSET_KEY: _TS.pack(offset)}
+
+    @staticmethod
+    def offset_of(raw: bytes) -> int:
+        """The offset an `offset_change` value holds."""
+        return int(_TS.unpack(raw)[0])
 
     # metadata -----------------------------------------------------------------------------
     def meta(self, name: str) -> Any:

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Collection
 from pathlib import Path
 from types import TracebackType
 
@@ -55,9 +56,27 @@ ONE_NODE_SETTINGS: dict[str, str | int] = {
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(count: int, avoid: Collection[int] = ()) -> list[int]:
+    """`count` distinct free ports on 127.0.0.1, none of them in `avoid`. The sockets stay open until all are
+    chosen: the kernel may hand out again a port it has just freed (a broker once got the same port for two
+    listeners, and did not start)."""
+    sockets: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+            if port not in avoid and port not in ports:
+                ports.append(port)
+        return ports
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 class BrokerError(RuntimeError):
@@ -79,10 +98,11 @@ class EmbeddedBroker:
 
     def __init__(self, port: int | None = None, *, data_dir: str | Path | None = None,
                  advertised_port: int | None = None, extra: dict[str, str | int] | None = None) -> None:
-        self.port = port or free_port()
+        given = {p for p in (port, advertised_port) if p}
+        chosen = free_ports(3 - bool(port), avoid=given)
+        self.port = port or chosen.pop()
         self.advertised_port = advertised_port or self.port
-        self.controller_port = free_port()
-        self.internal_port = free_port()
+        self.controller_port, self.internal_port = chosen
         self.keep_data = data_dir is not None
         self.data_dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="stylus-broker-"))
         self.extra = dict(extra or {})

@@ -11,7 +11,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from stylus.config.model import TopicSpec
 from stylus.kafka.admin import create_topics
-from stylus.kafka.broker import EmbeddedBroker, free_port
+from stylus.kafka.broker import EmbeddedBroker, free_port, free_ports
 from stylus.kafka.offsets import end_offsets, offsets_for_times
 from stylus.kafka.reader import read_topic
 from tests.support.cli import stylus_cmd, stylus_env
@@ -94,3 +94,17 @@ def test_a_broker_restarted_on_its_data_keeps_records_and_committed_offsets(tmp_
         finally:
             consumer.close()
 
+
+
+def test_free_ports_are_distinct_and_avoid_the_ports_given() -> None:
+    """Ports are chosen with every socket still open, so the kernel cannot hand one out twice (a broker once
+    got the same port for two listeners and did not start); a given port is never chosen again."""
+    taken = free_port()
+    ports = free_ports(40, avoid={taken})
+    assert len(set(ports)) == 40 and taken not in ports
+    broker = EmbeddedBroker(port=taken, advertised_port=taken + 1 if taken < 65535 else taken - 1)
+    try:
+        listeners = {broker.port, broker.controller_port, broker.internal_port}
+        assert len(listeners) == 3 and broker.advertised_port not in {broker.controller_port, broker.internal_port}
+    finally:
+        broker.stop()

@@ -131,7 +131,8 @@ def floor_body(msgs: list[Any], producer: Any, topic_out: str, counts: dict[str,
     """The least any path on this client can do for the same outputs (`floor` side): consume, read each record's
     value, key and timestamp, produce as many records as the work does (all for the totals, the 3 in 5 with
     `offset % 5 < 3` for the filter) with a fixed value, positionally. No decode, no decision, no state, no
-    encode: what is left is the client's price per record, which no columnar work can go under."""
+    encode: what is left is the client's and the broker's price per record, which columnar work does not
+    remove."""
     produce, handled, fixed = producer.produce, 0, b'{"key":"k0","count":1,"sum":0.5}'
     for msg in msgs:
         value, key, offset = msg.value(), msg.key(), msg.offset()

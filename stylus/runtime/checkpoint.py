@@ -378,7 +378,7 @@ class PendingCheckpoint:
         try:
             for snap in snaps:
                 txn.stage(snap)
-                faults.passed("txn.stage", on_abort=txn.fail_open_transaction)
+                faults.passed("txn.stage", on_abort=txn.end_open_transaction)
                 if snap.offset == snap.task.committed_offset:  # timers only (no input consumed): its own point
                     faults.passed("txn.stage.no-input")
             txn.send_offsets(snaps, self.group_metadata)

@@ -122,14 +122,13 @@ class Checkpointer:
         """Back on the worker thread once the steps are done: output flows again. After a failure the
         partitions are forgotten first, to be replayed from their last commit, and the output held meanwhile
         goes with them: it came from records that are replayed, and the failed transaction takes no records."""
-        if pending.failure is not None:
-            exc, fenced = pending.failure
-            self.listener.checkpoint_failed(exc, fenced=fenced)
-            for sink in self.sinks():
-                sink.resume()
-            return
+        failure = pending.failure
+        if failure is not None:
+            self.listener.checkpoint_failed(failure[0], fenced=failure[1])
         for sink in self.sinks():
             sink.resume()
+        if failure is not None:
+            return
         for task in pending.tasks:
             task.committed_offset = pending.offsets[task.key]
             if isinstance(task.state, StateMap):

@@ -439,6 +439,15 @@ class WorkerTransaction:
 
     def abort(self) -> None:
         """Throw away the open transaction and every partition's uncommitted state changes."""
+        self.end_open_transaction()
+        for task in self.tasks.values():
+            if task.state is not None:
+                task.state.discard_changes()
+
+    def end_open_transaction(self) -> None:
+        """Abort the client's open transaction, leaving the partitions' state alone: a record produced now is
+        refused (`_STATE`) until the next one begins, as after a failed transactional call (which is how an
+        injected fault's `Aborted` leaves the client too)."""
         if self.open and not self.stuck and not self.fenced:  # a fenced producer's abort only times out
             try:
                 self.producer.abort_transaction(TXN_TIMEOUT)
@@ -446,20 +455,6 @@ class WorkerTransaction:
                 log.warning("%s: abort failed: %s", self.processor, exc)
             self._forget_failures()
         self.open = False
-        for task in self.tasks.values():
-            if task.state is not None:
-                task.state.discard_changes()
-
-    def fail_open_transaction(self) -> None:
-        """Leave the client as a failed transactional call does (an injected fault's `Aborted`): its
-        transaction ended, so a record produced now is refused (`_STATE`) until the next one begins. The
-        partitions' state is left to the failed checkpoint's handling."""
-        if self.open:
-            try:
-                self.producer.abort_transaction(TXN_TIMEOUT)
-            except KafkaException as exc:
-                log.warning("%s: abort failed: %s", self.processor, exc)
-            self.open = False
 
     def abandon(self) -> None:
         """Give the producer up after `Aborted` or `Fenced`: abort what can be aborted, never wait on a hung

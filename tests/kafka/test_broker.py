@@ -95,7 +95,6 @@ def test_a_broker_restarted_on_its_data_keeps_records_and_committed_offsets(tmp_
             consumer.close()
 
 
-
 def test_free_ports_are_distinct_and_avoid_the_ports_given() -> None:
     """Ports are chosen with every socket still open, so the kernel cannot hand one out twice (a broker once
     got the same port for two listeners and did not start); a given port is never chosen again."""

@@ -40,6 +40,7 @@ import tempfile
 import threading
 import time
 import uuid
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,10 @@ from stylus.kafka.admin import create_topics  # noqa: E402
 from stylus.kafka.broker import EmbeddedBroker  # noqa: E402
 from stylus.runtime.gctune import tune_for_streaming  # noqa: E402
 
+#: `--floor`: the sides that price what the work rests on, and what each is
+FLOORS = {"floor": "the client's floor (no decode, no work)",
+          "floor+decode": "the client's floor with each value decoded (orjson, dropped)",
+          "engine": "the batch engine with nothing decoded (raw bytes; the floor's records forwarded)"}
 BATCH_SIZE = 2_000  # the worker's default: larger consume() calls wait on the fetcher here (docs/batch.md)
 KEEP_ARRAY = pa.array(sorted(KEEP))
 
@@ -127,15 +132,21 @@ def raw_totals(msgs: list[Any], producer: Any, topic_out: str, totals: dict[str,
 
 
 def floor_body(msgs: list[Any], producer: Any, topic_out: str, counts: dict[str, Any], positions: dict[int, int],
-               stateful: bool, positional: bool) -> int:
+               stateful: bool, positional: bool, decode: bool = False) -> int:
     """The least any path on this client can do for the same outputs (`floor` side): consume, read each record's
     value, key and timestamp, produce as many records as the work does (all for the totals, the 3 in 5 with
     `offset % 5 < 3` for the filter) with a fixed value, positionally. No decode, no decision, no state, no
     encode: what is left is the client's and the broker's price per record, which columnar work does not
-    remove."""
+    remove. `decode` (`floor+decode` side): each value also decoded by orjson, as any path with the per-record
+    engine's exact JSON semantics decodes it, and the result dropped."""
     produce, handled, fixed = producer.produce, 0, b'{"key":"k0","count":1,"sum":0.5}'
+    loads = orjson.loads if decode else None
     for msg in msgs:
+        if msg.error():  # end-of-partition events, as the raw loop skips them
+            continue
         value, key, offset = msg.value(), msg.key(), msg.offset()
+        if loads is not None:
+            loads(value)
         positions[msg.partition()] = offset + 1
         if stateful or offset % 5 < 3:
             while True:
@@ -146,6 +157,25 @@ def floor_body(msgs: list[Any], producer: Any, topic_out: str, counts: dict[str,
                     producer.poll(0.05)
         handled += 1
     return handled
+
+
+class FloorBatch(BatchProcessor):
+    """The batch engine's own price (`engine` side): the records `floor_body` produces, forwarded as read, with
+    nothing decoded (`raw_input`: one binary value column). What the engine costs above the client's floor
+    with a JSON decoder that cost nothing."""
+
+    raw_input = True
+    every = False  # the filter's 3 in 5 (`offset % 5 < 3`)
+
+    def process_batch(self, batch: Any, ctx: Any) -> None:
+        offsets = batch.column("offset").to_numpy()
+        ctx.forward(np.ones(len(offsets), dtype=bool) if self.every else offsets % 5 < 3)
+
+
+class FloorBatchAll(FloorBatch):
+    """`FloorBatch` for the totals: every record out."""
+
+    every = True
 
 
 def pipeline_for(bootstrap: str, cls: str, topic_in: str, topic_out: str, state_dir: str, *, stateful: bool,
@@ -208,15 +238,17 @@ def side(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {}
     if kind in ("filter", "totals"):
         stateful = kind == "totals"
-        if which in ("raw", "floor"):
+        if which in ("raw", "floor", "floor+decode"):
             pipeline = pipeline_for(bootstrap, "bench.throughput:KeepTypes", topic, out, state_dir, stateful=False)
-            body = floor_body if which == "floor" else raw_totals if stateful else None
+            body = partial(floor_body, decode=which == "floor+decode") if which.startswith("floor") \
+                else raw_totals if stateful else None
             result["rate"] = raw_loop(pipeline, bootstrap, topic, out, n, stateful=stateful, body=body)
         else:
             cls = {("filter", "record"): "bench.throughput:KeepTypes", ("filter", "batch"): "bench.batch:KeepBatch",
-                   ("totals", "record"): "bench.batch:Totals", ("totals", "batch"): "bench.batch:TotalsBatch"}
+                   ("totals", "record"): "bench.batch:Totals", ("totals", "batch"): "bench.batch:TotalsBatch",
+                   ("filter", "engine"): "bench.batch:FloorBatch", ("totals", "engine"): "bench.batch:FloorBatchAll"}
             pipeline = pipeline_for(bootstrap, cls[(kind, which)], topic, out, state_dir, stateful=stateful,
-                                    batch_size=args.batch_size if which == "batch" else None)
+                                    batch_size=args.batch_size if which in ("batch", "engine") else None)
             result["rate"] = time_worker(pipeline, "p", bootstrap, n)
     elif kind == "windows":
         from bench.windows import baseline
@@ -339,8 +371,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="the batch sides' `batch_size`")
     parser.add_argument("--repeat", type=int, default=1, help="rounds of each benchmark's sides, alternating; "
                         "ratios are the median over the rounds (each round's batch side against its own baseline)")
-    parser.add_argument("--floor", action="store_true", help="filter and totals: also run the client's floor "
-                        "(consume and produce as many records, no work: `floor_body`)")
+    parser.add_argument("--floor", action="store_true", help="filter and totals: also run the floors: the client's "
+                        "(consume and produce as many records, no work: `floor_body`), the same with each value "
+                        "decoded, and the batch engine's with nothing decoded (`FloorBatch`)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--side", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
@@ -368,10 +401,11 @@ def main() -> None:
                 results.setdefault(f"{kind}/{which}", []).append(result)
         batch, base, record = (results[f"{kind}/{which}"] for which in sides[:3])
         ratios.append(summary(kind, batch, base, record))
-        if len(sides) > 3:  # the client's floor (floor_body), against the same baseline
-            floor = sorted(f["rate"] / r["rate"] for f, r in zip(results[f"{kind}/floor"], base, strict=True))
-            ratios.append(f"{kind}: the client's floor (no decode, no work) = {statistics.median(floor):.2f}x the "
-                          f"raw loop (rounds {floor[0]:.2f}-{floor[-1]:.2f}x)")
+        for which, what in FLOORS.items():  # the floors, each against the same round's baseline
+            if f"{kind}/{which}" in results:
+                floor = sorted(f["rate"] / r["rate"] for f, r in zip(results[f"{kind}/{which}"], base, strict=True))
+                ratios.append(f"{kind}: {what} = {statistics.median(floor):.2f}x the raw loop "
+                              f"(rounds {floor[0]:.2f}-{floor[-1]:.2f}x)")
 
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap
@@ -382,7 +416,7 @@ def main() -> None:
             load_input(bootstrap, plain, n)
         for kind in ("filter", "totals"):
             if kind in kinds:
-                rounds(kind, ("batch", "raw", "record", *(("floor",) if args.floor else ())), plain)
+                rounds(kind, ("batch", "raw", "record", *(FLOORS if args.floor else ())), plain)
         if "windows" in kinds:
             from bench.windows import produce
 

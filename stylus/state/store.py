@@ -36,6 +36,7 @@ _STAGED = b"\x00x"
 _STAGED_ID = b"\x00y"
 _MISSING: Any = object()
 _DELETED: Any = object()
+_BULK: Any = object()  # a journal entry's key: the entry is a `set_many` call's (keys, values before)
 _TS = struct.Struct(">q")
 _LEN = struct.Struct(">i")
 
@@ -143,31 +144,35 @@ class StateMap(MutableMapping[str, Any]):
     def get_many(self, keys: Sequence[str], default: Any = None) -> list[Any]:
         """The values of `keys`, in order (`default` for an absent one): unsaved and cached values from memory,
         the rest in one multi-get from the KV. A batch processor reads every key its batch touches so."""
-        dirty = self._dirty
-        out = list(map(dirty.get, keys, repeat(_MISSING)))
-        if _MISSING in out:  # unsaved, else cached: both looked up in C
-            values = self._values
-            out = list(map(dirty.get, keys, map(values.get, keys, repeat(_MISSING))))
-            load = [i for i, value in enumerate(out) if value is _MISSING] if _MISSING in out else None
-            if load:
-                names = [keys[i] for i in load]
-                for name in names:
-                    if not isinstance(name, str):
-                        raise key_type_error(name)
-                for i, name, raw in zip(load, names, self._kv.get_many([state_key(n) for n in names]), strict=True):
-                    out[i] = values[name] = _DELETED if raw is None else orjson.loads(raw)
+        dirty, values = self._dirty, self._values
+        # unsaved, else cached: both looked up in C, in one pass (a pass over `dirty` alone misses the keys not
+        # written since the last checkpoint, and then costs a second pass)
+        out = list(map(dirty.get, keys, map(values.get, keys, repeat(_MISSING)))) if dirty \
+            else list(map(values.get, keys, repeat(_MISSING)))
+        if _MISSING in out:
+            load = [i for i, value in enumerate(out) if value is _MISSING]
+            names = [keys[i] for i in load]
+            for name in names:
+                if not isinstance(name, str):
+                    raise key_type_error(name)
+            for i, name, raw in zip(load, names, self._kv.get_many([state_key(n) for n in names]), strict=True):
+                out[i] = values[name] = _DELETED if raw is None else orjson.loads(raw)
         return [default if value is _DELETED else value for value in out] if _DELETED in out else out
 
     def set_many(self, mapping: Mapping[str, Any]) -> None:
-        """`state[key] = value` for every item, in one call (journaled like single writes)."""
-        if set(map(type, mapping)) - {str}:
+        """`state[key] = value` for every item, in one call. Journaled as one entry (the keys and their unsaved
+        values before), which `rollback` undoes as it undoes single writes."""
+        try:  # every key a str: joined in C, no per-key call
+            "".join(mapping)
+        except TypeError:
             for key in mapping:
                 if not isinstance(key, str):
-                    raise key_type_error(key)
+                    raise key_type_error(key) from None
         dirty = self._dirty
         undo = self._undo
-        if undo is not None:  # each key's unsaved value before this write, as __setitem__ journals it
-            undo.extend(zip(mapping, map(dirty.get, mapping, repeat(_MISSING)), strict=True))
+        if undo is not None:
+            keys = list(mapping)
+            undo.append((_BULK, (keys, list(map(dirty.get, keys, repeat(_MISSING))))))
         dirty.update(mapping)
 
     def __setitem__(self, key: str, value: Any) -> None:
@@ -262,10 +267,12 @@ class StateMap(MutableMapping[str, Any]):
             return
         dirty = self._dirty
         for key, value in reversed(undo):
-            if value is _MISSING:
-                dirty.pop(key, None)
-            else:
-                dirty[key] = value
+            # a `set_many` entry holds its keys and their values before (one key appears once in it)
+            for k, v in zip(*value, strict=True) if key is _BULK else ((key, value),):
+                if v is _MISSING:
+                    dirty.pop(k, None)
+                else:
+                    dirty[k] = v
         undo.clear()
 
     def _settle(self) -> None:

@@ -423,10 +423,16 @@ def test_bulk_state_reads_and_writes(tmp_path: Path) -> None:
     assert state.get_many(["a", "b", "c", "d", "a"], default=0) == [1, 0, 3, 0, 1]
     undo = state.journal()
     undo.clear()
-    state.set_many({"a": 10, "e": 5})
-    assert state.get_many(["a", "e"]) == [10, 5]
-    state.rollback()  # set_many is journaled like single writes
-    assert state.get_many(["a", "e"]) == [1, None]
+    state["c"] = 4
+    state.set_many({"c": 30, "a": 10, "e": 5})
+    state["e"] = 6
+    assert state.get_many(["a", "e", "c"]) == [10, 6, 30]
+    state.rollback()  # set_many is journaled like single writes, in order with them
+    assert state.get_many(["a", "e", "c"]) == [1, None, 3]
+    state.set_many({"a": 11})
+    undo.clear()  # a record that succeeded: its writes stay
+    state.rollback()
+    assert state.get_many(["a", "c"]) == [11, 3]
     with pytest.raises(TypeError):
         state.set_many({1: 2})  # type: ignore[dict-item]
     kv.close()

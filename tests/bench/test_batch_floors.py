@@ -1,0 +1,86 @@
+"""bench/batch.py's floors do the work they stand for: the client's floor (with or without decoding each value)
+queues exactly the outputs the filter or the totals make in number, and the batch engine's floor forwards the
+same records unchanged, with nothing decoded."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import Producer
+
+from bench.batch import floor_body
+from bench.engine_overhead import BATCH, OUTPUT, queue_only_producer, read_messages
+from stylus.testing import TestDriver
+
+RECORDS = 3000
+
+
+@pytest.fixture(scope="module")
+def msgs() -> list[Any]:
+    return read_messages(RECORDS)
+
+
+@pytest.mark.parametrize("decode", [False, True], ids=["floor", "floor+decode"])
+@pytest.mark.parametrize("stateful", [False, True], ids=["filter", "totals"])
+def test_the_client_floor_produces_as_many_outputs_as_the_work(msgs: list[Any], bootstrap: str,
+                                                                topic_factory: Callable[..., str], stateful: bool,
+                                                                decode: bool) -> None:
+    delivered: list[Any] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "on_delivery": lambda err, msg: delivered.append(err)})
+    positions: dict[int, int] = {}
+    out = topic_factory()
+    handled = sum(floor_body(msgs[i:i + BATCH], producer, out, {}, positions, stateful, True, decode=decode)
+                  for i in range(0, len(msgs), BATCH))
+    assert producer.flush(30) == 0
+    assert handled == len(msgs)
+    assert delivered == [None] * (len(msgs) if stateful else sum(m.offset() % 5 < 3 for m in msgs))
+    assert positions == {p: max(m.offset() for m in msgs if m.partition() == p) + 1 for p in positions}
+
+
+def test_the_client_floor_with_decoding_decodes(msgs: list[Any]) -> None:
+    producer = queue_only_producer()
+    floor_body([_Broken(msgs[0])], producer, OUTPUT, {}, {}, False, True)  # no decoding: taken as it is
+    with pytest.raises(orjson.JSONDecodeError):  # each value goes through the decoder
+        floor_body([_Broken(msgs[0])], producer, OUTPUT, {}, {}, False, True, decode=True)
+    producer.purge()
+
+
+class _Broken:
+    """A message whose value is not JSON (everything else as the real message has it)."""
+
+    def __init__(self, msg: Any) -> None:
+        self.msg = msg
+
+    def value(self) -> bytes:
+        return b"{not json"
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.msg, name)
+
+
+PIPELINE = """
+pipeline: floors
+topics:
+  in: {{partitions: 1}}
+  out: {{partitions: 1}}
+processors:
+  p:
+    class: bench.batch:{cls}
+    inputs: [in]
+    outputs: [out]
+"""
+
+
+@pytest.mark.parametrize(("cls", "kept"), [("FloorBatch", [0, 1, 2, 5, 6, 7, 10, 11]),
+                                           ("FloorBatchAll", list(range(12)))])
+def test_the_engine_floor_forwards_the_floor_records_undecoded(tmp_path: Any, cls: str, kept: list[int]) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(PIPELINE.format(cls=cls))
+    values = [b"not json %d" % i for i in range(12)]  # raw input: nothing is decoded, so nothing fails
+    with TestDriver(path) as driver:
+        driver.send_many("in", values, keys=[f"k{i}" for i in range(12)])
+        out = driver.outputs("out")
+    assert [(r.value, r.key) for r in out] == [(values[i], f"k{i}") for i in kept]

@@ -1,6 +1,6 @@
 """bench/batch.py's floors do the work they stand for: the client's floor (with or without decoding each value)
-queues exactly the outputs the filter or the totals make in number, and the batch engine's floor forwards the
-same records unchanged, with nothing decoded."""
+produces exactly as many outputs as the filter or the totals make, skipping the consumer's end-of-partition events
+as the raw loop does, and the batch engine's floor forwards the same records unchanged, with nothing decoded."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import orjson
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 
 from bench.batch import floor_body
 from bench.engine_overhead import BATCH, OUTPUT, queue_only_producer, read_messages
@@ -38,6 +38,25 @@ def test_the_client_floor_produces_as_many_outputs_as_the_work(msgs: list[Any], 
     assert handled == len(msgs)
     assert delivered == [None] * (len(msgs) if stateful else sum(m.offset() % 5 < 3 for m in msgs))
     assert positions == {p: max(m.offset() for m in msgs if m.partition() == p) + 1 for p in positions}
+
+
+def test_the_client_floor_skips_end_of_partition_events(bootstrap: str, topic_factory: Callable[..., str]) -> None:
+    topic = topic_factory()
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(topic, b'{"type": "post"}', b"k")
+    producer.flush(30)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest",
+                         "enable.partition.eof": True})
+    consumer.subscribe([topic])
+    events: list[Any] = []
+    while not any(m.error() is not None for m in events):  # the record, then the partition's end
+        events += consumer.consume(10, 1.0)
+    consumer.close()
+    positions: dict[int, int] = {}
+    sink = queue_only_producer()
+    assert floor_body(events, sink, OUTPUT, {}, positions, True, True, decode=True) == 1
+    assert positions == {0: 1}
+    sink.purge()
 
 
 def test_the_client_floor_with_decoding_decodes(msgs: list[Any]) -> None:

@@ -51,20 +51,23 @@ BATCH = 2000  # the worker's default consume() count
 OUTPUT = "out"
 
 
-def read_messages(records: int) -> list[Any]:
-    """`records` real Messages of bench.throughput's input, consumed from a broker of our own."""
-    with EmbeddedBroker() as broker:
-        topic = f"overhead-{uuid.uuid4().hex[:6]}"
-        create_topics(broker.bootstrap, {topic: TopicSpec(partitions=PARTITIONS)})
-        load_input(broker.bootstrap, topic, records)
-        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
-                             "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
-                             "enable.auto.commit": False})
-        consumer.subscribe([topic])
-        msgs: list[Any] = []
-        while len(msgs) < records:
-            msgs += [m for m in consumer.consume(BATCH, 1.0) if m.error() is None]
-        consumer.close()
+def read_messages(records: int, bootstrap: str | None = None) -> list[Any]:
+    """`records` real Messages of bench.throughput's input, consumed from the broker at `bootstrap` (a topic of
+    their own), or from a broker of our own."""
+    if bootstrap is None:
+        with EmbeddedBroker() as broker:
+            return read_messages(records, broker.bootstrap)
+    topic = f"overhead-{uuid.uuid4().hex[:6]}"
+    create_topics(bootstrap, {topic: TopicSpec(partitions=PARTITIONS)})
+    load_input(bootstrap, topic, records)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}",
+                         "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    msgs: list[Any] = []
+    while len(msgs) < records:
+        msgs += [m for m in consumer.consume(BATCH, 1.0) if m.error() is None]
+    consumer.close()
     return msgs
 
 

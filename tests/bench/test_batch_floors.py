@@ -19,8 +19,8 @@ RECORDS = 3000
 
 
 @pytest.fixture(scope="module")
-def msgs() -> list[Any]:
-    return read_messages(RECORDS)
+def msgs(bootstrap: str) -> list[Any]:
+    return read_messages(RECORDS, bootstrap)
 
 
 @pytest.mark.parametrize("decode", [False, True], ids=["floor", "floor+decode"])

@@ -27,8 +27,8 @@ RECORDS = 3000
 
 
 @pytest.fixture(scope="module")
-def batches() -> list[list[Any]]:
-    msgs = read_messages(RECORDS)
+def batches(bootstrap: str) -> list[list[Any]]:
+    msgs = read_messages(RECORDS, bootstrap)
     return [msgs[i:i + BATCH] for i in range(0, len(msgs), BATCH)]
 
 

@@ -40,18 +40,25 @@ def test_the_client_floor_produces_as_many_outputs_as_the_work(msgs: list[Any], 
     assert positions == {p: max(m.offset() for m in msgs if m.partition() == p) + 1 for p in positions}
 
 
-def test_the_client_floor_skips_end_of_partition_events(bootstrap: str, topic_factory: Callable[..., str]) -> None:
-    topic = topic_factory()
+def read_with_end(bootstrap: str, topic: str, values: list[bytes]) -> list[Any]:
+    """`values` written to `topic`, read back as the raw loop reads them: the records, then the partition's end
+    (an event, `enable.partition.eof`)."""
     producer = Producer({"bootstrap.servers": bootstrap})
-    producer.produce(topic, b'{"type": "post"}', b"k")
+    for value in values:
+        producer.produce(topic, value, b"k")
     producer.flush(30)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": topic, "auto.offset.reset": "earliest",
                          "enable.partition.eof": True})
     consumer.subscribe([topic])
     events: list[Any] = []
-    while not any(m.error() is not None for m in events):  # the record, then the partition's end
+    while not any(m.error() is not None for m in events):
         events += consumer.consume(10, 1.0)
     consumer.close()
+    return events
+
+
+def test_the_client_floor_skips_end_of_partition_events(bootstrap: str, topic_factory: Callable[..., str]) -> None:
+    events = read_with_end(bootstrap, topic_factory(), [b'{"type": "post"}'])
     positions: dict[int, int] = {}
     sink = queue_only_producer()
     assert floor_body(events, sink, OUTPUT, {}, positions, True, True, decode=True) == 1
@@ -59,25 +66,13 @@ def test_the_client_floor_skips_end_of_partition_events(bootstrap: str, topic_fa
     sink.purge()
 
 
-def test_the_client_floor_with_decoding_decodes(msgs: list[Any]) -> None:
-    producer = queue_only_producer()
-    floor_body([_Broken(msgs[0])], producer, OUTPUT, {}, {}, False, True)  # no decoding: taken as it is
+def test_the_client_floor_with_decoding_decodes(bootstrap: str, topic_factory: Callable[..., str]) -> None:
+    events = read_with_end(bootstrap, topic_factory(), [b"{not json"])
+    sink = queue_only_producer()
+    assert floor_body(events, sink, OUTPUT, {}, {}, True, True) == 1  # no decoding: taken as it is
     with pytest.raises(orjson.JSONDecodeError):  # each value goes through the decoder
-        floor_body([_Broken(msgs[0])], producer, OUTPUT, {}, {}, False, True, decode=True)
-    producer.purge()
-
-
-class _Broken:
-    """A message whose value is not JSON (everything else as the real message has it)."""
-
-    def __init__(self, msg: Any) -> None:
-        self.msg = msg
-
-    def value(self) -> bytes:
-        return b"{not json"
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.msg, name)
+        floor_body(events, sink, OUTPUT, {}, {}, True, True, decode=True)
+    sink.purge()
 
 
 PIPELINE = """

@@ -25,7 +25,9 @@ defaults (bench.windows' per-record side: 5,000).
 Ratios: batch records/s over the raw loop's (filter, totals, windows), backfill over stream (spark); memory: batch
 peak RSS over the per-record processor's. `--repeat N` runs N rounds of each benchmark's sides (baseline, per-record,
 batch, in that order) and reports the median of the rounds' ratios, each round's batch side against the baseline of
-the same round: on a shared machine the speed drifts between runs far more than within a round.
+the same round: on a shared machine the speed drifts between runs far more than within a round. `--pin` runs each
+stream side on a core of its own and the broker on the others (bench/pinning.py): the worker's price per record,
+not the broker's, decides its rate, as where the broker runs elsewhere (the Spark sides, `local[2]`, refuse it).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.backfill import tree_cpu  # noqa: E402
 from bench.common import time_worker  # noqa: E402
+from bench.pinning import pin_process, split_cores, thread_cpus  # noqa: E402
 from bench.throughput import KEEP, PARTITIONS, bench_pipeline, load_input, raw_loop  # noqa: E402
 from stylus import BatchProcessor, Processor  # noqa: E402
 from stylus.config import parse_pipeline  # noqa: E402
@@ -228,6 +231,8 @@ def tree_rss_mb(pid: int) -> float:
 
 def side(args: argparse.Namespace) -> dict[str, Any]:
     kind, which = args.side.split("/")
+    if args.cpus:  # every thread (the imports' pools too); those the Kafka client and RocksDB start inherit it
+        pin_process(os.getpid(), {int(cpu) for cpu in args.cpus.split(",")})
     bootstrap, topic, n = args.bootstrap, args.topic, args.records
     tune_for_streaming()  # as bench.throughput: the raw loop gets the worker's GC setting too
     import stylus.core.batch.engine  # noqa: F401  # imported before the CPU clock starts, as the raw side's imports
@@ -272,6 +277,7 @@ def side(args: argparse.Namespace) -> dict[str, Any]:
     result["cpu_us"] = (time.process_time() - cpu) / n * 1e6
     result.setdefault("peak_rss_mb", peak_rss_mb())
     result["load"] = os.getloadavg()[0]
+    result["cpus"] = sorted({cpu for cpus in thread_cpus(os.getpid()).values() for cpu in cpus})  # every thread's
     return result
 
 
@@ -348,9 +354,10 @@ def archive_topic(bootstrap: str, topic: str, root: str, per_file: int = 100_000
 
 # ------------------------------------------------------------------------------------------------ the parent
 def run_side(name: str, bootstrap: str, topic: str, n: int, batch_size: int,
-             archive: str | None = None) -> dict[str, Any]:
+             archive: str | None = None, cpus: set[int] | None = None) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "bench.batch", "--side", name, "--bootstrap", bootstrap, "--topic", topic,
-           "--records", str(n), "--batch-size", str(batch_size), *(["--archive", archive] if archive else [])]
+           "--records", str(n), "--batch-size", str(batch_size), *(["--archive", archive] if archive else []),
+           *(["--cpus", ",".join(map(str, sorted(cpus)))] if cpus else [])]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False,
                           env=dict(os.environ, SPARK_LOCAL_IP="127.0.0.1"))
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
@@ -374,7 +381,10 @@ def main() -> None:
     parser.add_argument("--floor", action="store_true", help="filter and totals: also run the floors: the client's "
                         "(consume and produce as many records, no work: `floor_body`), the same with each value "
                         "decoded, and the batch engine's with nothing decoded (`FloorBatch`)")
+    parser.add_argument("--pin", action="store_true", help="each stream side on one core of its own, the broker "
+                        "on the others (needs two CPUs; not with the Spark sides)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--cpus", help=argparse.SUPPRESS)
     parser.add_argument("--side", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
@@ -384,6 +394,10 @@ def main() -> None:
         print("RESULT " + json.dumps(side(args)), flush=True)
         return
     kinds = args.only.split(",")
+    side_cpus, broker_cpus = split_cores() if args.pin else (None, None)
+    if args.pin and {"spark", "spark-archive"} & set(kinds):
+        raise SystemExit("--pin gives a side one core; the Spark backfills run `local[2]`: run the spark sides "
+                         "without --pin (--only filter,totals,windows)")
     n = args.records - args.records % PARTITIONS
     results: dict[str, list[dict[str, Any]]] = {}
     ratios: list[str] = []
@@ -394,7 +408,7 @@ def main() -> None:
         print(kind, flush=True)
         for _ in range(args.repeat):
             for which in (*sides[1:], sides[0]):  # the baseline first, as in every round
-                result = run_side(f"{kind}/{which}", bootstrap, topic, n, args.batch_size, archive)
+                result = run_side(f"{kind}/{which}", bootstrap, topic, n, args.batch_size, archive, side_cpus)
                 if want is not None:
                     result["exact"] = result.pop("sums") == want
                     print(f"    every window exact: {result['exact']}", flush=True)
@@ -409,6 +423,10 @@ def main() -> None:
 
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap
+        if broker_cpus:
+            pin_process(broker.pid, broker_cpus)
+            print(f"pinned: the broker on CPU {sorted(broker_cpus)}, each side on CPU {sorted(side_cpus or ())}",
+                  flush=True)
         plain = f"bench-in-{uuid.uuid4().hex[:6]}"
         if {"filter", "totals", "spark", "spark-archive"} & set(kinds):
             create_topics(bootstrap, {plain: TopicSpec(partitions=PARTITIONS)})

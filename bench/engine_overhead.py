@@ -19,6 +19,12 @@ librdkafka does before sending). So they differ only in the Python each runs per
   output, the engine keeping each partition's next offset. It prices the per-record API against the
   alternative (BENCHMARKS.md, issue 2); Stylus offers no such call.
 Runs alternate; each figure is thread CPU per record, the median over `--repeat` runs.
+
+`--batch` prices the columnar batch path (docs/batch.md) the same way, over bench.batch's filter and running totals:
+its raw loops as that bench runs them (`produce` with `timestamp=`), the batch engine with `KeepBatch` /
+`TotalsBatch` (`engine_for`: the worker's `BatchEngine` and `KafkaSink`, state in RocksDB), and the client's floors
+(`bench.batch.floor_body`: read each Message and produce as many outputs, nothing decoded, then with each value
+decoded by orjson). The floor with the decode bounds what any path that decodes exactly can gain in its thread.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +46,8 @@ from confluent_kafka import Consumer, Producer
 from bench.throughput import KEEP, PARTITIONS, bench_pipeline, load_input, raw_batch
 from stylus.api import Processor, Record, import_processor_class
 from stylus.config.model import Pipeline, TopicSpec
-from stylus.core.engine import NO_HEADERS, Engine, RaiseFailures
+from stylus.core.engine import NO_HEADERS, RaiseFailures
+from stylus.core.engines import engine_for
 from stylus.core.task import PartitionTask
 from stylus.kafka.admin import create_topics
 from stylus.kafka.broker import EmbeddedBroker
@@ -183,8 +191,8 @@ def new_processor(pipeline: Pipeline) -> Processor:
 def engine_body(producer: Producer, batches: list[list[Any]], pipeline: Pipeline, state_dir: Path) -> None:
     spec = pipeline.processors["p"]
     processor = new_processor(pipeline)
-    engine = Engine(processor, "p", spec, pipeline, KafkaSink(producer, pipeline, spec.outputs, hold=False),
-                    RaiseFailures())
+    engine = engine_for(processor, "p", spec, pipeline, KafkaSink(producer, pipeline, spec.outputs, hold=False),
+                        RaiseFailures())  # a BatchProcessor gets the BatchEngine
     engine.start()
     tasks: dict[tuple[str, int], PartitionTask] = {}
     stores: list[RocksKV] = []
@@ -207,6 +215,49 @@ def engine_body(producer: Producer, batches: list[list[Any]], pipeline: Pipeline
             kv.close()
 
 
+def loop_body(producer: Producer, batches: list[list[Any]], body: Callable[..., int], stateful: bool,
+              **options: Any) -> None:
+    """A loop body of bench.batch (`raw_batch`, `raw_totals`, `floor_body`) over every batch, as its raw loop calls
+    it, without the consume and the commits."""
+    counts: dict[str, Any] = {}
+    positions: dict[int, int] = {}
+    for batch in batches:
+        body(batch, producer, OUTPUT, counts, positions, stateful, False, **options)
+
+
+Side = tuple[Callable[..., None], tuple[Any, ...]]  # a body, and its arguments after the producer and the batches
+
+
+def batch_sides(stateful: bool, topic_in: str, state_dir: str) -> dict[str, Side]:
+    """`--batch`: per side of the filter (or, `stateful`, the running totals), its body and its arguments after the
+    producer and the batches."""
+    from bench.batch import floor_body as client_floor
+    from bench.batch import pipeline_for, raw_totals
+
+    cls = "bench.batch:TotalsBatch" if stateful else "bench.batch:KeepBatch"
+    pipeline = pipeline_for("127.0.0.1:1", cls, topic_in, OUTPUT, state_dir, stateful=stateful)
+    return {"raw": (loop_body, (raw_totals if stateful else raw_batch, stateful)),
+            "batch": (engine_body, (pipeline,)),  # + a fresh state dir per run
+            "client": (loop_body, (client_floor, stateful)),
+            "client+decode": (partial(loop_body, decode=True), (client_floor, stateful))}
+
+
+def batch_report(msgs: list[Any], batches: list[list[Any]], repeat: int, tmp: str) -> None:
+    """`--batch`: the batch path's sides, alternating, for the filter and the running totals."""
+    for stateful in (False, True):
+        sides = batch_sides(stateful, msgs[0].topic(), f"{tmp}/unused")
+        figures: dict[str, list[float]] = {name: [] for name in sides}
+        for rep in range(repeat):
+            for name, (body, args) in sides.items():
+                extra = (Path(tmp) / f"batch-{int(stateful)}-{rep}",) if name == "batch" else ()
+                figures[name].append(cpu_per_record(body, len(msgs), batches, *args, *extra))
+        medians = {name: statistics.median(runs) for name, runs in figures.items()}
+        raw = medians["raw"]
+        print(f"{'totals' if stateful else 'filter'}, ns per record: " + ", ".join(
+            f"{name} {medians[name]:,.0f} ({min(runs):,.0f}-{max(runs):,.0f}; raw/{name} {raw / medians[name]:.2f}x)"
+            for name, runs in figures.items()), flush=True)
+
+
 def cpu_per_record(body: Callable[..., None], records: int, *args: Any) -> float:
     """This thread's CPU per record of `body(producer, *args)`, with a fresh producer."""
     producer = queue_only_producer()
@@ -221,6 +272,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--batch", action="store_true", help="the columnar batch path and the client's floors, "
+                        "over bench.batch's filter and running totals, instead of the per-record engine")
     args = parser.parse_args()
     msgs = read_messages(args.records)
     batches = [msgs[i:i + BATCH] for i in range(0, len(msgs), BATCH)]
@@ -228,6 +281,9 @@ def main() -> None:
     gc.collect()
     gc.freeze()  # what the worker's GC setting does (stylus/runtime/gctune.py), for both sides
     with tempfile.TemporaryDirectory() as tmp:
+        if args.batch:
+            batch_report(msgs, batches, args.repeat, tmp)
+            return
         for stateful in (False, True):
             pipeline = bench_pipeline("127.0.0.1:1", topic_in, OUTPUT, stateful, f"{tmp}/unused")
             figures: dict[str, list[float]] = {"raw": [], "floor": [], "engine": [], "batch": []}

@@ -4,9 +4,10 @@ The same configuration, state layout, timers and results as the per-record `Wind
 inherits `on_timer`, `is_late`, `result` and `emit_window` from it): only the update differs. A batch's rows are
 grouped by (window end, group) with one `pyarrow` group-by, the touched windows' accumulators are read in one
 `get_many`, combined with the batch's partial aggregates and written back in one `set_many`: the cost is per
-window and group per batch, not per record. Windows close on the same watermark and timers, so a batch and a
-per-record instance over the same input emit the same results (float sums up to the last bits: the batch adds
-its own values first).
+window and group per batch, not per record. Float sums and means instead fold the batch's values one at a time
+in row order onto each accumulator (`Groups.running_sum` over the rows grouped by state key), as `add` does, so
+even their last bits agree. Windows close on the same watermark and timers, so a batch and a per-record instance
+over the same input emit the same results, wherever the batches are cut.
 
 Supported: tumbling and hopping windows; count, sum, min, max and mean; `emit: final`; late records dropped or
 redirected (`late: update` corrects closed windows one record at a time: per-record only). Needs the `batch`
@@ -23,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from stylus.api import BatchContext, BatchProcessor, Context
-from stylus.core.batch.ops import group_text
+from stylus.core.batch.ops import Groups, group_text
 from stylus.windows.aggregates import Count, Max, Mean, Min, Sum
 from stylus.windows.assigners import Hopping, Tumbling
 from stylus.windows.processor import _WINDOW, WindowedProcessor, _hex
@@ -74,12 +75,17 @@ class BatchWindowedProcessor(BatchProcessor, WindowedProcessor):
             parts = [(end, np.flatnonzero(end <= times + window.size)) for end, _ in spans]
             ends = np.concatenate([end[valid] for end, valid in parts])
             rows = np.concatenate([valid for _, valid in parts])
+            order = np.argsort(rows, kind="stable")  # each window's rows in row order, as they are added
+            ends, rows = ends[order], rows[order]
         open_ = ends > ctx.watermark  # a window already closed is gone (no `retain` here)
         if not open_.all():
             ends, rows = ends[open_], rows[open_]
         if not len(ends):
             return
         table = pa.table({"end": ends, "group": groups.take(pa.array(rows)), "value": values.take(pa.array(rows))})
+        if isinstance(self.aggregate, Sum | Mean) and pa.types.is_floating(table.schema.field("value").type):
+            self._fold(ctx, ends, table.column("group").combine_chunks(), table.column("value").combine_chunks())
+            return
         self._combine(ctx, table.group_by(["end", "group"], use_threads=False).aggregate(self._aggregations()))
 
     def _aggregations(self) -> list[tuple[Any, ...]]:
@@ -91,6 +97,29 @@ class BatchWindowedProcessor(BatchProcessor, WindowedProcessor):
         if isinstance(agg, Sum):
             return [("value", "sum", _NO_NULL_SUM)]
         return [("value", "min" if type(agg) is Min else "max")]
+
+    def _fold(self, ctx: BatchContext, ends: np.ndarray, groups: pa.Array, values: pa.Array) -> None:
+        """A float sum or mean: each window and group's values added one at a time in row order onto its stored
+        accumulator, as `add` adds them (nulls skipped); a window new to the state gets its closing timer."""
+        windows, texts = pc.dictionary_encode(pa.array(ends)), pc.dictionary_encode(groups)
+        width = len(texts.dictionary)
+        keyed = Groups.of_numbers(windows.indices.to_numpy().astype(np.int64) * width + texts.indices.to_numpy())
+        window_ends, group_names = windows.dictionary.to_pylist(), texts.dictionary.to_pylist()
+        prefixes = [_WINDOW + _hex(end) for end in window_ends]
+        numbers = np.asarray(keyed.names)
+        window_of = (numbers // width).tolist()  # per state key: its window (an index into `window_ends`)
+        names = [prefixes[w] + group_names[g] for w, g in zip(window_of, (numbers % width).tolist(), strict=True)]
+        before = ctx.state.get_many(names)
+        counts = np.bincount(keyed.codes, weights=values.is_valid().to_numpy(zero_copy_only=False),
+                             minlength=len(names)).astype(np.int64).tolist()  # values added per key
+        mean = isinstance(self.aggregate, Mean)
+        accs: list[Any] = [(b or [0, 0]) if mean else (0 if b is None else b) for b in before]
+        sums = keyed.last(keyed.running_sum(values, np.array([a[0] if mean else a for a in accs], dtype=np.float64)))
+        after = [acc if not n else [total, acc[1] + n] if mean else total
+                 for acc, total, n in zip(accs, sums, counts, strict=True)]  # all nulls: unchanged, as `add`
+        ctx.state.set_many(dict(zip(names, after, strict=True)))
+        for w in sorted({w for w, b in zip(window_of, before, strict=True) if b is None}, key=window_ends.__getitem__):
+            ctx.set_timer(prefixes[w], window_ends[w])
 
     def _combine(self, ctx: BatchContext, partial: pa.Table) -> None:
         """The batch's aggregate per (window, group) folded into the stored accumulators, as `add` folds values

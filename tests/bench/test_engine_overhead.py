@@ -14,6 +14,7 @@ from bench.engine_overhead import (
     BATCH,
     OUTPUT,
     batch_floor_body,
+    batch_sides,
     engine_body,
     floor_body,
     new_processor,
@@ -49,3 +50,28 @@ def test_the_four_sides_queue_the_same_outputs(batches: list[list[Any]], statefu
         producer.poll(0)
         queued.append(purged)
     assert queued == [[OUTPUT] * expected] * 4
+
+
+@pytest.mark.parametrize("stateful", [False, True], ids=["filter", "totals"])
+def test_the_batch_sides_queue_the_outputs_of_their_work(batches: list[list[Any]], stateful: bool,
+                                                         tmp_path: Path) -> None:
+    """`--batch`: the raw loop and the batch engine queue the same outputs (the kept records, or one running total
+    per record); the client's floors as many as they stand for (all, or the 3 in 5 with `offset % 5 < 3`)."""
+    msgs = [m for batch in batches for m in batch]
+    kept = RECORDS if stateful else sum(orjson.loads(m.value())["type"] in KEEP for m in msgs)
+    floor = RECORDS if stateful else sum(m.offset() % 5 < 3 for m in msgs)
+    queued: dict[str, list[bytes]] = {}
+    for name, (body, args) in batch_sides(stateful, msgs[0].topic(), str(tmp_path / "unused")).items():
+        purged: list[Any] = []
+        producer = queue_only_producer(lambda err, msg, purged=purged: purged.append(msg.value()))
+        body(producer, batches, *args, *((tmp_path / "state",) if name == "batch" else ()))
+        producer.purge()
+        producer.poll(0)
+        queued[name] = purged
+    assert {name: len(values) for name, values in queued.items()} == {
+        "raw": kept, "batch": kept, "client": floor, "client+decode": floor}
+    if stateful:  # the same running totals, key by key, in the same order per key
+        assert sorted(map(orjson.loads, queued["batch"]), key=lambda v: (v["key"], v["count"])) == \
+            sorted(map(orjson.loads, queued["raw"]), key=lambda v: (v["key"], v["count"]))
+    else:  # the same records kept, as read
+        assert sorted(queued["batch"]) == sorted(queued["raw"])

@@ -476,3 +476,42 @@ def test_batch_windows_equal_per_record_windows_in_the_driver() -> None:
             results.append(([o.value for o in driver.outputs("out")], [driver.state("w", p) for p in range(2)]))
     assert results[0][0] and sorted(map(orjson.dumps, results[0][0])) == sorted(map(orjson.dumps, results[1][0]))
     assert results[0][1] == results[1][1]
+
+
+FLOAT_VALUES = {  # mixed magnitudes and signs: sums that round differently when added in another order
+    "floats": lambda rng: rng.choice([rng.random(), rng.random() * 1e9, -rng.random() * 1e-7, 0.1, 1e16, -1e16]),
+    "floats and nulls": lambda rng: None if rng.random() < 0.3 else rng.choice([0.1, rng.random() * 1e12, -1e16]),
+}
+
+
+@pytest.mark.parametrize("window", [{"type": "tumbling", "size": "10s"},
+                                    {"type": "hopping", "size": "10s", "slide": "5s"}], ids=["tumbling", "hopping"])
+@pytest.mark.parametrize("aggregate", ["sum", "mean"])
+@pytest.mark.parametrize("kind", FLOAT_VALUES)
+def test_batch_float_windows_equal_per_record_windows_to_the_last_bit(window: dict[str, str], aggregate: str,
+                                                                       kind: str) -> None:
+    """Float sums and means fed in large batches (cut differently each time), a few groups with many rows per
+    window each: the results and the state are the per-record fold's, bit for bit."""
+    config = {"window": window, "aggregate": {"type": aggregate, "field": "v"}, "key": "g"}
+    doc = {"pipeline": "w", "topics": {"in": {"partitions": 1}, "out": {"partitions": 1}},
+           "processors": {"w": {"class": "", "inputs": ["in"], "outputs": ["out"], "config": config,
+                                "semantics": {"state": "exactly_once", "output": "at_least_once"},
+                                "event_time": {"field": "ts"}}}}
+    rng = random.Random(f"{kind} {aggregate}")
+    rows = [{"g": f"g{rng.randrange(3)}", "v": FLOAT_VALUES[kind](rng), "ts": 100 * i + rng.randrange(2_000)}
+            for i in range(1_500)]
+    results = []
+    for cls, cuts in (("stylus.windows:WindowedProcessor", [1_500]),
+                      ("stylus.windows.batch:BatchWindowedProcessor", [1_500]),
+                      ("stylus.windows.batch:BatchWindowedProcessor", [7, 493, 300, 700])):
+        doc["processors"]["w"]["class"] = cls  # type: ignore[index]
+        with TestDriver(parse_pipeline(orjson.dumps(doc).decode())) as driver:
+            start = 0
+            for size in cuts:
+                chunk = rows[start:start + size]
+                start += size
+                driver.send_many("in", chunk, keys=[row["g"] for row in chunk])
+            driver.advance_watermark(10**9)
+            results.append((sorted(orjson.dumps(o.value) for o in driver.outputs("out")), driver.state("w", 0)))
+    assert len(results[0][0]) > 10
+    assert results[1] == results[0] and results[2] == results[0]

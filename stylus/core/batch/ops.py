@@ -90,36 +90,20 @@ class Groups:
         if not self.rows:
             return sums
         fitting = np.cumsum(np.bincount(sizes))  # per width w: the groups of at most w rows
-        widths = np.arange(len(fitting))
-        width = int(np.argmin((fitting * widths + CELLS_PER_CALL * (len(sizes) - fitting))[1:])) + 1
+        width = int(np.argmin((fitting * np.arange(len(fitting)) + CELLS_PER_CALL * (len(sizes) - fitting))[1:])) + 1
         short = sizes <= width
-        if short.all():
-            group, rank = self._segment_of_row, self._rank
-            padded = np.zeros((len(sizes), width))
-            padded[group, rank] = values
-            sums = np.cumsum(padded, axis=1)[group, rank]
-        else:
-            row_short = short[self._segment_of_row]
-            group = np.cumsum(short)[self._segment_of_row[row_short]] - 1  # among the short groups
-            rank = self._rank[row_short]
-            padded = np.zeros((int(short.sum()), width))
-            padded[group, rank] = values[row_short]
-            sums[row_short] = np.cumsum(padded, axis=1)[group, rank]
-            for start, size in zip(starts[~short].tolist(), sizes[~short].tolist(), strict=True):
-                np.cumsum(values[start:start + size], out=sums[start:start + size])
+        segment = np.repeat(np.arange(len(sizes)), sizes)  # per row (in group order): its group
+        in_short = short[segment]
+        row = (np.cumsum(short) - 1)[segment[in_short]]  # the matrix row of each short group's rows
+        column = (np.arange(self.rows) - np.repeat(starts, sizes))[in_short]  # and its place in its group
+        padded = np.zeros((int(short.sum()), width))
+        padded[row, column] = values[in_short]
+        sums[in_short] = np.cumsum(padded, axis=1)[row, column]
+        for start, size in zip(starts[~short].tolist(), sizes[~short].tolist(), strict=True):
+            np.cumsum(values[start:start + size], out=sums[start:start + size])
         out = np.empty(self.rows, dtype=np.float64)
         out[self._order] = sums
         return out
-
-    @property
-    def _segment_of_row(self) -> np.ndarray:
-        """Per row in group order: its group's segment (an index into `_starts`)."""
-        return np.repeat(np.arange(len(self._starts)), self._sizes)
-
-    @property
-    def _rank(self) -> np.ndarray:
-        """Per row in group order: its place in its group, from 0."""
-        return np.arange(self.rows) - np.repeat(self._starts, self._sizes)
 
     def last(self, per_row: np.ndarray) -> list[Any]:
         """Per group (in `names` order): the value of its last row, as a Python value."""

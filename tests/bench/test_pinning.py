@@ -84,5 +84,5 @@ def test_a_pinned_side_runs_every_thread_on_its_core(bootstrap: str, topic_facto
     topic = topic_factory(partitions=8)
     load_input(bootstrap, topic, 800)
     result = run_side("filter/floor", bootstrap, topic, 800, 2000, cpus={CPUS[-1]})
-    assert result["cpus"] == [CPUS[-1]]  # the main thread, the Kafka client's and the GC's: all on it
+    assert result["cpus"] == [CPUS[-1]]  # the main thread, the imports' pools and the Kafka client's: all on it
     assert result["rate"] > 0

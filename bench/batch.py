@@ -233,10 +233,15 @@ def side(args: argparse.Namespace) -> dict[str, Any]:
     kind, which = args.side.split("/")
     if args.cpus:  # every thread (the imports' pools too); those the Kafka client and RocksDB start inherit it
         pin_process(os.getpid(), {int(cpu) for cpu in args.cpus.split(",")})
-    bootstrap, topic, n = args.bootstrap, args.topic, args.records
     tune_for_streaming()  # as bench.throughput: the raw loop gets the worker's GC setting too
     import stylus.core.batch.engine  # noqa: F401  # imported before the CPU clock starts, as the raw side's imports
-    state_dir = tempfile.mkdtemp(prefix="bench-batch-")
+    with tempfile.TemporaryDirectory(prefix="bench-batch-") as state_dir:  # its state, gone with the side
+        return run_one_side(args, kind, which, state_dir)
+
+
+def run_one_side(args: argparse.Namespace, kind: str, which: str, state_dir: str) -> dict[str, Any]:
+    """One side's run (`side`), its state in `state_dir`: records/s, CPU per record, peak RSS."""
+    bootstrap, topic, n = args.bootstrap, args.topic, args.records
     out = f"out-{uuid.uuid4().hex[:6]}"
     create_topics(bootstrap, {out: TopicSpec(partitions=PARTITIONS)})
     cpu = time.process_time()
@@ -343,9 +348,10 @@ def archive_topic(bootstrap: str, topic: str, root: str, per_file: int = 100_000
     from stylus.backfill.job import plan_for
     from stylus.backfill.read import read_unit
 
-    pipeline = pipeline_for(bootstrap, "bench.batch:KeepBatch", topic, "unused", tempfile.mkdtemp(), stateful=False)
-    plan = plan_for(pipeline, "p", bootstrap, parse_bound(None, default="earliest"),
-                    parse_bound(None, default="latest"))
+    with tempfile.TemporaryDirectory() as unused:  # the pipeline's state dir, never written
+        pipeline = pipeline_for(bootstrap, "bench.batch:KeepBatch", topic, "unused", unused, stateful=False)
+        plan = plan_for(pipeline, "p", bootstrap, parse_bound(None, default="earliest"),
+                        parse_bound(None, default="latest"))
     for unit in plan.units:
         rows = list(read_unit(unit, bootstrap, None))
         for first in range(0, len(rows), per_file):
@@ -447,9 +453,9 @@ def main() -> None:
         if "spark" in kinds:
             rounds("spark", ("backfill", "stream", "backfill-record"), plain)
         if "spark-archive" in kinds:
-            root = tempfile.mkdtemp(prefix="bench-archive-")
-            archive_topic(bootstrap, plain, root)
-            rounds("spark-archive", ("backfill", "stream", "backfill-record"), plain, archive=root)
+            with tempfile.TemporaryDirectory(prefix="bench-archive-") as root:
+                archive_topic(bootstrap, plain, root)
+                rounds("spark-archive", ("backfill", "stream", "backfill-record"), plain, archive=root)
     print("\n".join(ratios))
     if args.json:
         args.json.write_text(json.dumps({"records": n, "results": results, "ratios": ratios}, indent=2))

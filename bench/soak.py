@@ -13,6 +13,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -195,6 +196,10 @@ def main() -> None:
             Path(args.json).write_text(json.dumps(report, indent=2))
         if args.plot:
             plot(samples, args.plot, kills, pauses)
+    if lost or drain.returncode:  # the instances' log and state are the evidence: kept
+        print(f"kept for inspection: {work} (run.log, state)", file=sys.stderr)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def plot(samples: list[dict[str, Any]], out: str, kills: int, pauses: int) -> None:

@@ -18,6 +18,7 @@ import re
 import shutil
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ import pytest
 import yaml
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
+from stylus.config.model import Pipeline
 from stylus.kafka.reader import read_topic
 from tests.conftest import PipelineFactory
 from tests.runtime.crash_harness import blocked_tail
@@ -83,52 +85,77 @@ def _disordered_records(seed: int, count: int, keys: int, disorder_ms: int) -> l
     return [Rec(str(v["k"]), v, int(v["ts"])) for v in order]
 
 
-def test_sigkill_of_an_exactly_once_processor_with_timers_emits_every_window_once_and_exact(
-        bootstrap: str, pipeline_factory: PipelineFactory, tmp_path: Path) -> None:
-    path, pipeline = pipeline_factory({
+def _kill_and_replace(first: Instance, second: Instance, feeder: Feeder, killed_when: Callable[[], bool], what: str,
+                      *, lost: Callable[[], None] = lambda: None, finish: Callable[[], None] = lambda: None) -> None:
+    """`first` runs while the feeder's input arrives; once `killed_when()` holds it is SIGKILLed, `lost()` runs (the
+    machine's loss: its state deleted), and `second` takes over until idle, `finish()` run once all the input is
+    sent. Both must have done their part: `second` exits cleanly, and the kill came mid-input."""
+    first.start()
+    try:
+        wait_until(lambda: first.says("assigned") or not first.alive, 60, "the first instance to be assigned",
+                   explain=first.tail)
+        feeder.start()
+        wait_until(killed_when, 60, what, interval=0.3, explain=first.tail)
+        assert first.alive, first.tail()
+        first.kill()
+        sent_at_kill = feeder.sent
+        lost()
+        second.start(exit_when_idle=3)
+        feeder.join_checked(60)
+        finish()
+        code = second.wait(180)
+    finally:
+        feeder.stop_flag.set()
+        first.kill()
+        second.kill()
+    assert code == 0, second.tail()
+    assert 0 < sent_at_kill < len(feeder.records)
+
+
+def _timer_pipeline(pipeline_factory: PipelineFactory, state_dir: Path, *, partitions: int,
+                    interval: str) -> tuple[Path, Pipeline]:
+    """Per-key tumbling sums written with `set_timer`, exactly-once state and output."""
+    return pipeline_factory({
         "kafka": FAST_GROUP,
-        "topics": {"events": {"partitions": 3}, "sums": {"partitions": 2}},
+        "topics": {"events": {"partitions": partitions}, "sums": {"partitions": 2}},
         "processors": {"win": {
             "class": "tests.chaos.apps:TimerWindowSum", "inputs": ["events"], "outputs": ["sums"],
             "semantics": {"state": "exactly_once", "output": "exactly_once"},
             "event_time": {"field": "ts", "allowed_lateness": "5s"},
-            "checkpoint": {"interval": "1s"},
-            "state": {"dir": str(tmp_path / "state")},
+            "checkpoint": {"interval": interval},
+            "state": {"dir": str(state_dir)},
         }}})
+
+
+def _windows_across_a_kill(bootstrap: str, pipeline: Pipeline, first: Instance, second: Instance,
+                           records: list[Rec], killed_when: Callable[[Feeder], bool], what: str) -> None:
+    """`first` runs the timer windows while `records` arrive; once `killed_when(feeder)` holds it is SIGKILLed and
+    `second` finishes the input, every window closed, until idle. Every window must then be emitted once, with
+    its exact sum, in the committed output."""
     spec = pipeline.processors["win"]
     events, sums = spec.inputs[0], spec.outputs[0]
-    records = _disordered_records(seed=31, count=TIMER_RECORDS, keys=TIMER_KEYS, disorder_ms=2000)
     expected: dict[tuple[str, int], int] = defaultdict(int)
     for rec in records:
         expected[(rec.value["k"], rec.ts - rec.ts % 10_000)] += rec.value["amount"]
-
-    first = Instance(path, tmp_path / "win.log", bootstrap, name="win", processors=["win"])
-    first.start()
     feeder = Feeder(bootstrap, events, records, TIMER_RATE)
-    restarted = Instance(path, tmp_path / "win.log", bootstrap, name="win-restarted", processors=["win"])
-    try:
-        wait_until(lambda: first.says("assigned") or not first.alive, 60, "the processor to be assigned",
-                   explain=first.tail)
-        feeder.start()
-        # mid-stream, about 9 s into the input: windows have been emitted, most of the input is still to come
-        wait_until(lambda: feeder.sent >= TIMER_RATE * 9 and _output_count(bootstrap, sums, 2) > 0, 60,
-                   "windows emitted 9 s into the input", explain=first.tail)
-        assert first.alive, first.tail()
-        first.kill()
-        sent_at_kill = feeder.sent
-        restarted.start(exit_when_idle=3)
-        feeder.join_checked(60)
-        _close_every_window(bootstrap, events, 3)
-        code = restarted.wait(180)
-    finally:
-        feeder.stop_flag.set()
-        first.kill()
-        restarted.kill()
-    assert code == 0, restarted.tail()
-    assert 0 < sent_at_kill < TIMER_RECORDS
+    _kill_and_replace(first, second, feeder, lambda: killed_when(feeder), what,
+                      finish=lambda: _close_every_window(bootstrap, events, pipeline.topics[events].partitions))
+    results = [r for r in _committed_json(bootstrap, sums, second) if r["key"] != "zz"]
+    _assert_each_window_once_and_exact(results, expected, second.tail(6000))
 
-    results = [r for r in _committed_json(bootstrap, sums, restarted) if r["key"] != "zz"]
-    _assert_each_window_once_and_exact(results, expected, restarted.tail(6000))
+
+def test_sigkill_of_an_exactly_once_processor_with_timers_emits_every_window_once_and_exact(
+        bootstrap: str, pipeline_factory: PipelineFactory, tmp_path: Path) -> None:
+    path, pipeline = _timer_pipeline(pipeline_factory, tmp_path / "state", partitions=3, interval="1s")
+    sums = pipeline.processors["win"].outputs[0]
+    first = Instance(path, tmp_path / "win.log", bootstrap, name="win", processors=["win"])
+    restarted = Instance(path, tmp_path / "win.log", bootstrap, name="win-restarted", processors=["win"])
+    # killed mid-stream, about 9 s into the input: windows have been emitted, most of the input is still to come
+    _windows_across_a_kill(
+        bootstrap, pipeline, first, restarted,
+        _disordered_records(seed=31, count=TIMER_RECORDS, keys=TIMER_KEYS, disorder_ms=2000),
+        lambda feeder: feeder.sent >= TIMER_RATE * 9 and _output_count(bootstrap, sums, 2) > 0,
+        "windows emitted 9 s into the input")
 
 
 def _assert_each_window_once_and_exact(results: list[dict[str, Any]], expected: dict[tuple[str, int], int],
@@ -221,28 +248,10 @@ def test_machine_loss_restores_the_state_and_state_and_output_stay_exact(
     first = Instance(path, tmp_path / "counter.log", bootstrap, name="counter")
     restarted = Instance(path, tmp_path / "counter.log", bootstrap, name="counter-new-machine")
     feeder = Feeder(bootstrap, events, records, rate)
-    first.start()
-    try:
-        wait_until(lambda: first.says("assigned") or not first.alive, 60, "the processor to be assigned",
-                   explain=first.tail)
-        feeder.start()
-        # about 12 s in, with backups of both partitions made: then the machine is gone
-        backed_up = (lambda: first.log_text().count("backed up") >= 2) if source == "backup" else (lambda: True)
-        wait_until(lambda: feeder.sent >= rate * 12 and backed_up(), 60, "12 s of input and backups",
-                   explain=first.tail)
-        assert first.alive, first.tail()
-        first.kill()
-        sent_at_kill = feeder.sent
-        shutil.rmtree(state_dir)
-        restarted.start(exit_when_idle=3)
-        feeder.join_checked(60)
-        code = restarted.wait(180)
-    finally:
-        feeder.stop_flag.set()
-        first.kill()
-        restarted.kill()
-    assert code == 0, restarted.tail()
-    assert 0 < sent_at_kill < len(records)
+    # about 12 s in, with backups of both partitions made: then the machine is gone
+    backed_up = (lambda: first.log_text().count("backed up") >= 2) if source == "backup" else (lambda: True)
+    _kill_and_replace(first, restarted, feeder, lambda: feeder.sent >= rate * 12 and backed_up(),
+                      "12 s of input and backups", lost=lambda: shutil.rmtree(state_dir))
     assert restarted.says("restored"), restarted.tail()  # the state came from the backup or the changelog
     if source == "changelog":  # at the committed offset already: nothing replayed
         assert restarted.says(".changelog: ") and not restarted.says("replayed"), restarted.tail()
@@ -278,28 +287,11 @@ def test_partitions_moved_to_a_machine_without_their_state_rebuild_it_from_the_r
     rate = 1500
 
     a = Instance(path_a, tmp_path / "a.log", bootstrap, name="a")
-    b = Instance(path_b, tmp_path / "b.log", bootstrap, name="b")
+    b = Instance(path_b, tmp_path / "b.log", bootstrap, name="b")  # another machine: an empty state, no backup
     feeder = Feeder(bootstrap, events, records, rate)
-    a.start()
-    try:
-        wait_until(lambda: a.says("assigned") or not a.alive, 60, "A to be assigned", explain=a.tail)
-        feeder.start()
-        # A alone for a while: both partitions committed well past their start
-        wait_until(lambda: feeder.sent >= rate * 5 and all(
-            o > 1000 for o in group_offsets(bootstrap, group, events, 2).values()), 60, "A to commit progress",
-            interval=0.3, explain=a.tail)
-        assert a.alive, a.tail()
-        a.kill()
-        sent_at_kill = feeder.sent
-        b.start(exit_when_idle=3)  # another machine: B's state directory is empty, and there is no backup
-        feeder.join_checked(60)
-        code = b.wait(180)
-    finally:
-        feeder.stop_flag.set()
-        a.kill()
-        b.kill()
-    assert code == 0, b.tail()
-    assert 0 < sent_at_kill < len(records)
+    # A alone for a while: both partitions committed well past their start
+    _kill_and_replace(a, b, feeder, lambda: feeder.sent >= rate * 5 and all(
+        o > 1000 for o in group_offsets(bootstrap, group, events, 2).values()), "A to commit progress")
     assert all_committed(bootstrap, group, events, 2)
 
     state_b = _merged(store_states(tmp_path / "state-b" / pipeline.pipeline / "counter"))
@@ -371,47 +363,17 @@ def test_partitions_of_a_timer_processor_moved_without_their_state_emit_each_win
         bootstrap: str, pipeline_factory: PipelineFactory, tmp_path: Path) -> None:
     """Test 3 with the timer windows of test 1: B rebuilds the moved partitions' state from the retained input
     (output suppressed); the windows A already emitted must not be emitted again from the rebuilt state."""
-    path_a, pipeline = pipeline_factory({
-        "kafka": FAST_GROUP,
-        "topics": {"events": {"partitions": 2}, "sums": {"partitions": 2}},
-        "processors": {"win": {
-            "class": "tests.chaos.apps:TimerWindowSum", "inputs": ["events"], "outputs": ["sums"],
-            "semantics": {"state": "exactly_once", "output": "exactly_once"},
-            "event_time": {"field": "ts", "allowed_lateness": "5s"},
-            "checkpoint": {"interval": "500ms"}, "state": {"dir": str(tmp_path / "state-a")},
-        }}})
+    path_a, pipeline = _timer_pipeline(pipeline_factory, tmp_path / "state-a", partitions=2, interval="500ms")
     doc = yaml.safe_load(path_a.read_text())
     doc["processors"]["win"]["state"]["dir"] = str(tmp_path / "state-b")
     path_b = tmp_path / "b.yaml"
     path_b.write_text(yaml.safe_dump(doc, sort_keys=False))
     events, sums = pipeline.processors["win"].inputs[0], pipeline.processors["win"].outputs[0]
     group = pipeline.group_id("win")
-    records = _disordered_records(seed=32, count=12_000, keys=TIMER_KEYS, disorder_ms=2000)
-    expected: dict[tuple[str, int], int] = defaultdict(int)
-    for rec in records:
-        expected[(rec.value["k"], rec.ts - rec.ts % 10_000)] += rec.value["amount"]
-
     a = Instance(path_a, tmp_path / "a.log", bootstrap, name="a")
-    b = Instance(path_b, tmp_path / "b.log", bootstrap, name="b")
-    feeder = Feeder(bootstrap, events, records, TIMER_RATE)
-    a.start()
-    try:
-        wait_until(lambda: a.says("assigned") or not a.alive, 60, "A to be assigned", explain=a.tail)
-        feeder.start()
-        wait_until(lambda: feeder.sent >= TIMER_RATE * 4 and _output_count(bootstrap, sums, 2) > 0 and all(
-            o > 1000 for o in group_offsets(bootstrap, group, events, 2).values()), 60,
-            "A to emit windows and commit progress", interval=0.3, explain=a.tail)
-        a.kill()
-        sent_at_kill = feeder.sent
-        b.start(exit_when_idle=3)  # another machine, no backup: B rebuilds the state from the input
-        feeder.join_checked(60)
-        _close_every_window(bootstrap, events, 2)
-        code = b.wait(180)
-    finally:
-        feeder.stop_flag.set()
-        a.kill()
-        b.kill()
-    assert code == 0, b.tail()
-    assert 0 < sent_at_kill < len(records)
-    results = [r for r in _committed_json(bootstrap, sums, b) if r["key"] != "zz"]
-    _assert_each_window_once_and_exact(results, expected, b.tail(6000))
+    b = Instance(path_b, tmp_path / "b.log", bootstrap, name="b")  # another machine, no backup
+    _windows_across_a_kill(
+        bootstrap, pipeline, a, b, _disordered_records(seed=32, count=12_000, keys=TIMER_KEYS, disorder_ms=2000),
+        lambda feeder: feeder.sent >= TIMER_RATE * 4 and _output_count(bootstrap, sums, 2) > 0 and all(
+            o > 1000 for o in group_offsets(bootstrap, group, events, 2).values()),
+        "A to emit windows and commit progress")

@@ -10,7 +10,8 @@ them), CPU seconds per record of its process, and peak RSS. Sides:
   (`batch`, `KeepBatch`: `forward` of the rows kept, so the kept records' bytes go out as read);
 - totals: per key, the running count and sum of `v`, emitted per input: a raw loop keeping them in a dict
   (`raw_totals`, the raw loop's produce and commits), the per-record processor (`Totals`, RocksDB state) and
-  the batch processor (`TotalsBatch`, bulk state);
+  the batch processor (`TotalsBatch`, bulk state); 10,000 keys, and with `--keys 100,1000` also over inputs of
+  that many keys (state costs per key per batch: fewer keys, fewer state reads and writes per record);
 - windows: bench.windows' 1-minute tumbling sum per category by event time: its hand-written loop (`raw`),
   `stylus.windows` per record and `stylus.windows.batch` (every window of both checked against the true sums);
 - spark: the filter's batch processor as a streaming replay (one Worker) and as a Spark backfill (`local[2]`, a
@@ -389,6 +390,9 @@ def main() -> None:
                         "decoded, and the batch engine's with nothing decoded (`FloorBatch`)")
     parser.add_argument("--pin", action="store_true", help="each stream side on one core of its own, the broker "
                         "on the others (needs two CPUs; not with the Spark sides)")
+    parser.add_argument("--keys", type=lambda text: [int(k) for k in text.split(",")], default=[],
+                        help="totals: also run them over inputs of these many keys (comma-separated; the shared "
+                        "input has 10,000)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--cpus", help=argparse.SUPPRESS)
     parser.add_argument("--side", help=argparse.SUPPRESS)
@@ -409,22 +413,24 @@ def main() -> None:
     ratios: list[str] = []
 
     def rounds(kind: str, sides: tuple[str, ...], topic: str, want: Any = None,
-               archive: str | None = None) -> None:
-        """`repeat` rounds of the sides (batch, baseline, per-record[, floor]), then the summary lines."""
-        print(kind, flush=True)
+               archive: str | None = None, label: str | None = None) -> None:
+        """`repeat` rounds of the sides (batch, baseline, per-record[, floor]), then the summary lines, which
+        `label` names (default: `kind`)."""
+        label = label or kind
+        print(label, flush=True)
         for _ in range(args.repeat):
             for which in (*sides[1:], sides[0]):  # the baseline first, as in every round
                 result = run_side(f"{kind}/{which}", bootstrap, topic, n, args.batch_size, archive, side_cpus)
                 if want is not None:
                     result["exact"] = result.pop("sums") == want
                     print(f"    every window exact: {result['exact']}", flush=True)
-                results.setdefault(f"{kind}/{which}", []).append(result)
-        batch, base, record = (results[f"{kind}/{which}"] for which in sides[:3])
-        ratios.append(summary(kind, batch, base, record))
+                results.setdefault(f"{label}/{which}", []).append(result)
+        batch, base, record = (results[f"{label}/{which}"] for which in sides[:3])
+        ratios.append(summary(label, batch, base, record))
         for which, what in FLOORS.items():  # the floors, each against the same round's baseline
-            if f"{kind}/{which}" in results:
-                floor = sorted(f["rate"] / r["rate"] for f, r in zip(results[f"{kind}/{which}"], base, strict=True))
-                ratios.append(f"{kind}: {what} = {statistics.median(floor):.2f}x the raw loop "
+            if f"{label}/{which}" in results:
+                floor = sorted(f["rate"] / r["rate"] for f, r in zip(results[f"{label}/{which}"], base, strict=True))
+                ratios.append(f"{label}: {what} = {statistics.median(floor):.2f}x the raw loop "
                               f"(rounds {floor[0]:.2f}-{floor[-1]:.2f}x)")
 
     with EmbeddedBroker() as broker:
@@ -441,6 +447,13 @@ def main() -> None:
         for kind in ("filter", "totals"):
             if kind in kinds:
                 rounds(kind, ("batch", "raw", "record", *(FLOORS if args.floor else ())), plain)
+        for keys in args.keys if "totals" in kinds else ():  # the totals over inputs of fewer or more keys
+            spread = f"totals-{keys}keys-{uuid.uuid4().hex[:6]}"
+            create_topics(bootstrap, {spread: TopicSpec(partitions=PARTITIONS)})
+            print(f"loading {n:,} records of {keys:,} keys ...", flush=True)
+            load_input(bootstrap, spread, n, keys)
+            rounds("totals", ("batch", "raw", "record", *(FLOORS if args.floor else ())), spread,
+                   label=f"totals over {keys:,} keys")
         if "windows" in kinds:
             from bench.windows import produce
 

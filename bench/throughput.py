@@ -59,12 +59,13 @@ class CountPerKey(Processor):
         ctx.emit({"key": record.key, "count": n}, key=record.key)
 
 
-def load_input(bootstrap: str, topic: str, records: int) -> None:
+def load_input(bootstrap: str, topic: str, records: int, keys: int = 10_000) -> None:
+    """`records` JSON objects `{id, type, user, v}`, keyed by one of `keys` keys at random."""
     producer = Producer({**PRODUCER_DEFAULTS, "bootstrap.servers": bootstrap, "linger.ms": 20})
     rng = random.Random(1)
     for i in range(records):
         value = {"id": i, "type": TYPES[i % 5], "user": rng.randrange(100000), "v": rng.random()}
-        key = f"k{rng.randrange(10000)}".encode()
+        key = f"k{rng.randrange(keys)}".encode()
         while True:
             try:
                 producer.produce(topic, orjson.dumps(value), key)

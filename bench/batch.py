@@ -408,6 +408,8 @@ def main() -> None:
     if args.pin and {"spark", "spark-archive"} & set(kinds):
         raise SystemExit("--pin gives a side one core; the Spark backfills run `local[2]`: run the spark sides "
                          "without --pin (--only filter,totals,windows)")
+    if args.keys and "totals" not in kinds:
+        raise SystemExit("--keys spreads the running totals' input: add totals to --only")
     n = args.records - args.records % PARTITIONS
     results: dict[str, list[dict[str, Any]]] = {}
     ratios: list[str] = []
@@ -447,7 +449,7 @@ def main() -> None:
         for kind in ("filter", "totals"):
             if kind in kinds:
                 rounds(kind, ("batch", "raw", "record", *(FLOORS if args.floor else ())), plain)
-        for keys in args.keys if "totals" in kinds else ():  # the totals over inputs of fewer or more keys
+        for keys in args.keys:  # the totals over inputs of fewer or more keys
             spread = f"totals-{keys}keys-{uuid.uuid4().hex[:6]}"
             create_topics(bootstrap, {spread: TopicSpec(partitions=PARTITIONS)})
             print(f"loading {n:,} records of {keys:,} keys ...", flush=True)

@@ -50,9 +50,11 @@ def wordcount_doc(command: list[str], **splitter: Any) -> dict[str, Any]:
 
 
 def sentences(n: int, seed: int) -> list[Rec]:
-    """Sentence i carries the unique word `s<i>`, so each input's arrival can be checked on its own."""
+    """Sentence i carries the unique word `s<i>`, so each input's arrival can be checked on its own. They alternate
+    between the two partitions of `sentences`: unkeyed records would stick to one partition for a while (the
+    producer's sticky partitioning), and leave the other empty as often as not."""
     rnd = random.Random(seed)
-    return [Rec(None, {"sentence": " ".join([f"s{i}", *rnd.choices(WORDS, k=rnd.randint(1, 6))])}, 1_000 + i)
+    return [Rec(None, {"sentence": " ".join([f"s{i}", *rnd.choices(WORDS, k=rnd.randint(1, 6))])}, 1_000 + i, i % 2)
             for i in range(n)]
 
 

@@ -446,16 +446,16 @@ def main() -> None:
             create_topics(bootstrap, {plain: TopicSpec(partitions=PARTITIONS)})
             print(f"loading {n:,} records ...", flush=True)
             load_input(bootstrap, plain, n)
+        stream_sides = ("batch", "raw", "record", *(FLOORS if args.floor else ()))
         for kind in ("filter", "totals"):
             if kind in kinds:
-                rounds(kind, ("batch", "raw", "record", *(FLOORS if args.floor else ())), plain)
+                rounds(kind, stream_sides, plain)
         for keys in args.keys:  # the totals over inputs of fewer or more keys
             spread = f"totals-{keys}keys-{uuid.uuid4().hex[:6]}"
             create_topics(bootstrap, {spread: TopicSpec(partitions=PARTITIONS)})
             print(f"loading {n:,} records of {keys:,} keys ...", flush=True)
             load_input(bootstrap, spread, n, keys)
-            rounds("totals", ("batch", "raw", "record", *(FLOORS if args.floor else ())), spread,
-                   label=f"totals over {keys:,} keys")
+            rounds("totals", stream_sides, spread, label=f"totals over {keys:,} keys")
         if "windows" in kinds:
             from bench.windows import produce
 

@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -75,9 +76,11 @@ def result_topic(pipeline: Pipeline) -> str:
 
 
 class Board:
-    """The latest ranking per topic, read from the ranked topic by assignment (no consumer group)."""
+    """The latest ranking per topic, read from the ranked topic by assignment (no consumer group), and the best
+    place the watched event (the burst) has held in any bucket: the latest bucket at the end of a run may hold
+    only its first seconds, so it alone cannot say whether the burst was found."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int, watch: str | None = None) -> None:
         self.consumer = Consumer(connect(bootstrap, **{
             "group.id": f"stylus-demo-board-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False, "fetch.wait.max.ms": 50, "fetch.queue.backoff.ms": 10,
@@ -88,6 +91,8 @@ class Board:
         self.consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         self.latest: dict[str, dict[str, Any]] = {}
         self.received = 0
+        self.watch = watch
+        self.best: Placing | None = None
 
     def poll(self, timeout: float = 0.0) -> None:
         while True:
@@ -105,9 +110,32 @@ class Board:
         current = self.latest.get(result["topic"])
         if current is None or result["bucket_start"] >= current["bucket_start"]:
             self.latest[result["topic"]] = result
+        for rank, item in enumerate(result["top"], 1):
+            if item["event_id"] == self.watch:
+                placing = Placing(rank, item["score"], result["topic"], result["bucket_start"], result["bucket_end"])
+                if self.best is None or placing.beats(self.best):
+                    self.best = placing
 
     def close(self) -> None:
         self.consumer.close()
+
+
+@dataclass(frozen=True)
+class Placing:
+    """Where an event stood in one bucket's ranking."""
+
+    rank: int
+    score: float
+    topic: str
+    bucket_start: int
+    bucket_end: int
+
+    def beats(self, other: Placing) -> bool:
+        return (self.rank, -self.score) < (other.rank, -other.score)
+
+    def __str__(self) -> str:
+        return (f"#{self.rank} in {self.topic} {_clock(self.bucket_start)}-{_clock(self.bucket_end)} "
+                f"(score {self.score:.1f})")
 
 
 def render(board: Board, counts: dict[str, int], generated: int, elapsed: float, burst: str) -> str:
@@ -123,7 +151,8 @@ def render(board: Board, counts: dict[str, int], generated: int, elapsed: float,
         lines += [""] * (SHOW + 1 - len(lines))
         blocks.append(lines)
     out = [f"stylus demo: trending events  t={elapsed:5.1f}s  generated={generated}  rankings={board.received}"]
-    out.append(f"burst: {burst} ({BURST_TOPIC}) from +{BURST_AFTER:.0f}s for {BURST_FOR:.0f}s")
+    found = f"best place: {board.best}" if board.best else "not ranked yet"
+    out.append(f"burst: {burst} ({BURST_TOPIC}) from +{BURST_AFTER:.0f}s for {BURST_FOR:.0f}s; {found}")
     out.append("")
     if not blocks:
         out.append("(waiting for the first ranking...)")
@@ -212,7 +241,7 @@ def run_demo(pipeline_file: str | None, *, duration: float | None, rate: int, pl
             # table load before it vary with the machine, the burst's place in the run must not
             generator.start()
             ranked = result_topic(pipeline)
-            board = Board(bootstrap, ranked, pipeline.topics[ranked].partitions)
+            board = Board(bootstrap, ranked, pipeline.topics[ranked].partitions, watch=burst.event)
             every = 1.0 if redraw else PLAIN_EVERY
             next_draw = time.monotonic() + every
 

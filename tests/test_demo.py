@@ -77,8 +77,35 @@ def test_stylus_demo_runs_and_prints_a_ranking(tmp_path: Path) -> None:
     final = out[out.index("final ranking"):]
     for topic in ("sports", "music", "politics", "tech", "food", "travel", "science", "movies"):
         assert re.search(rf"(^|\s){topic}\s+\d\d:\d\d:\d\d-\d\d:\d\d:\d\d (live|final)", final, re.M), final
-    assert re.search(r"^music .*\n\s+1\. e\d{4}\s+[\d.]+ <- burst", final, re.M), final
+    # the burst led its topic's ranking in some bucket; the latest bucket may hold only the run's last seconds
+    assert re.search(r"^burst: (e\d{4}) \(music\) .*; best place: #1 in music \d\d:\d\d:\d\d-\d\d:\d\d:\d\d "
+                     r"\(score [\d.]+\)$", final, re.M), final
     counts = dict(re.findall(r"(\w+)=(\d+)", final.splitlines()[-1]))
     assert int(counts["filterer"]) > 15_000 and int(counts["ranker"]) > 0
     assert not list(tmp_path.glob("stylus-demo-*")), "the demo left its state directory behind"
     assert os.listdir(tmp_path) == [] or all(not p.startswith("stylus-demo-") for p in os.listdir(tmp_path))
+
+
+def test_the_board_keeps_the_bursts_best_place_when_the_latest_bucket_has_not_seen_it(
+        bootstrap: str, topic_factory: Any) -> None:
+    from stylus.demo import Board, render
+
+    board = Board(bootstrap, topic_factory("ranked"), 1, watch="e0100")
+    top = [{"event_id": "e0100", "score": 95.0}, {"event_id": "e0053", "score": 2.0}]
+    try:
+        board.update({"topic": "music", "bucket_start": 0, "bucket_end": 30_000, "top": top[1:], "final": False})
+        board.update({"topic": "music", "bucket_start": 0, "bucket_end": 30_000, "top": top, "final": False})
+        board.update({"topic": "music", "bucket_start": 30_000, "bucket_end": 60_000,
+                      "top": [{"event_id": "e0053", "score": 0.8}, {"event_id": "e0100", "score": 1.5}],
+                      "final": False})
+        assert board.latest["music"]["bucket_start"] == 30_000
+        assert board.best is not None and (board.best.rank, board.best.score, board.best.bucket_start) == (1, 95.0, 0)
+        text = render(board, {"ranker": 3}, 3, 1.0, "e0100")
+        assert "; best place: #1 in music " in text and "(score 95.0)" in text
+    finally:
+        board.close()
+    empty = Board(bootstrap, topic_factory("ranked"), 1, watch="e0100")
+    try:
+        assert "; not ranked yet" in render(empty, {}, 0, 0.0, "e0100")
+    finally:
+        empty.close()

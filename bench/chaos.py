@@ -3,6 +3,7 @@ against its pair's promise on state and on output.
 
     .venv/bin/python -m bench.chaos --runs 50 --seed 1
     .venv/bin/python -m bench.chaos --replay 844            # one run again, by the seed it printed
+    .venv/bin/python -m bench.chaos --workloads batch --runs 25   # one workload's cells only
 
 Runs cycle through every (workload, fault) cell, a cell's pair changing from round to round. Prints each run's
 result as it ends, then per combination the runs and the runs with violations or errors, and a final summary
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from stylus.kafka.broker import EmbeddedBroker
-from tests.chaos.harness import ChaosResult, known_bugs, long_run_order, run_chaos
+from tests.chaos.harness import FAULTS, WORKLOADS, ChaosResult, known_bugs, long_run_order, run_chaos
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results-chaos.json"
@@ -89,7 +90,10 @@ def report(args: argparse.Namespace, fingerprint: str, head: str, results: list[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=25, help="how many runs (25 = every workload x fault once)")
+    parser.add_argument("--runs", type=int, default=len(WORKLOADS) * len(FAULTS),
+                        help="how many runs (the default: every workload x fault once)")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help=f"the workloads to run, comma-separated (default: all of {','.join(WORKLOADS)})")
     parser.add_argument("--seed", type=int, default=1, help="chooses the order of the runs and each run's seed")
     parser.add_argument("--replay", type=int, nargs="*", default=None, metavar="SEED",
                         help="run exactly these run seeds (as printed) instead")
@@ -99,7 +103,11 @@ def main() -> None:
                         help="where failed runs' directories go (default: a temporary directory, kept)")
     args = parser.parse_args()
 
-    seeds = args.replay if args.replay else long_run_order(args.seed, args.runs)
+    try:
+        seeds = args.replay if args.replay else long_run_order(args.seed, args.runs,
+                                                               tuple(w.strip() for w in args.workloads.split(",")))
+    except ValueError as exc:
+        parser.error(f"--workloads: {exc}")
     root = Path(tempfile.mkdtemp(prefix="stylus-chaos-"))
     keep = args.keep or root
     fingerprint, head = source_fingerprint(), git_head()

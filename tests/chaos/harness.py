@@ -4,7 +4,8 @@ A run is identified by one integer seed: `COMBOS[seed % len(COMBOS)]` is its com
 pair), and `random.Random(seed)` draws everything else (the input, when each fault strikes, which instance it
 hits, how long a zombie sleeps, whether a broker restart is a crash). `STYLUS_CHAOS_SEED=<seed>` replays one
 (tests/chaos/test_matrix.py; `python -m bench.chaos --replay <seed>`). Process scheduling is not replayed, so a
-replay repeats the faults, not every interleaving.
+replay repeats the faults, not every interleaving. A seed names a combination of the matrix at its commit: the
+sixth workload (batch) changed every seed's combination, so a seed quoted from before it replays at that commit.
 
 Workloads (tests/chaos/apps.py):
 - counter: a per-key counter (KeyCounter), one instance, 2 input partitions; outputs name their input;
@@ -13,7 +14,8 @@ Workloads (tests/chaos/apps.py):
 - pipeline: two stages in one process: a counting relay (event time) -> the timer windows, the second stage's
   watermark carried across the bus by control records;
 - monoid: a count monoid with its state in PostgreSQL (EmittingCount), one output per input;
-- shared: the counter run as two instances sharing the input partitions.
+- shared: the counter run as two instances sharing the input partitions;
+- batch: the counter as a batch processor (BatchKeyCounter: the same outputs and state), one instance.
 Faults:
 - sigkill: SIGKILL at 1-2 random points, restart at once;
 - zombie: SIGSTOP; another instance (another machine: its own state directory, state from the backups) takes
@@ -78,7 +80,7 @@ from tests.support.tcp_proxy import TcpProxy
 
 ALO, AMO, EO = "at_least_once", "at_most_once", "exactly_once"
 PAIRS: list[tuple[str, str]] = [(ALO, ALO), (EO, ALO), (AMO, AMO), (EO, AMO), (EO, EO)]
-WORKLOADS = ("counter", "windows", "pipeline", "monoid", "shared")
+WORKLOADS = ("counter", "windows", "pipeline", "monoid", "shared", "batch")
 FAULTS = ("sigkill", "zombie", "machine_loss", "broker_restart", "proxy_cut")
 SHORT = {ALO: "alo", AMO: "amo", EO: "eo"}
 
@@ -143,12 +145,12 @@ def known_bugs(combo: Combo) -> list[str]:
 
 
 def ci_sample(seed: int, rounds: int = 2) -> list[int]:
-    """A handful of run seeds chosen by `seed`: per round every workload once and every fault once, each with a
-    pair no known open bug breaks (KNOWN_BUGS)."""
+    """A handful of run seeds chosen by `seed`: per round every workload once and every fault at least once (one
+    more workload than faults: one fault twice), each with a pair no known open bug breaks (KNOWN_BUGS)."""
     rng = random.Random(seed)
     seeds = []
     for r in range(rounds):
-        faults = list(FAULTS)
+        faults = [*FAULTS, *(rng.choice(FAULTS) for _ in range(len(WORKLOADS) - len(FAULTS)))]
         rng.shuffle(faults)
         for w, f in zip(WORKLOADS, faults, strict=True):
             pairs = [p for p in pairs_for(w) if not known_bugs(Combo(w, f, p))]
@@ -156,11 +158,14 @@ def ci_sample(seed: int, rounds: int = 2) -> list[int]:
     return seeds
 
 
-def long_run_order(seed: int, runs: int) -> list[int]:
-    """Run seeds for the long run: every (workload, fault) cell once per round, cells in a shuffled order, and
-    the pair of a cell cycling through its pairs from a random start."""
+def long_run_order(seed: int, runs: int, workloads: tuple[str, ...] = WORKLOADS) -> list[int]:
+    """Run seeds for the long run: every (workload, fault) cell of `workloads` once per round, cells in a shuffled
+    order, and the pair of a cell cycling through its pairs from a random start."""
+    unknown = set(workloads) - set(WORKLOADS)
+    if unknown or not workloads:
+        raise ValueError(f"workloads {sorted(unknown) or '(none)'}: choose from {', '.join(WORKLOADS)}")
     rng = random.Random(seed)
-    cells = [(w, f) for w in WORKLOADS for f in FAULTS]
+    cells = [(w, f) for w in workloads for f in FAULTS]
     rng.shuffle(cells)
     starts = {cell: rng.randrange(len(pairs_for(cell[0]))) for cell in cells}
     out: list[int] = []
@@ -298,8 +303,9 @@ class ChaosRun:
         common = {"semantics": self._semantics(), "checkpoint": {"interval": "500ms"}, "state": state}
         window = {"class": "tests.chaos.apps:TimerWindowSum", "outputs": [t_out],
                   "config": {"window_ms": CHAOS_WINDOW_MS}, **common}
-        if w in ("counter", "shared"):
-            processors = {"counter": {"class": "tests.chaos.apps:KeyCounter", "inputs": [t_in], "outputs": [t_out],
+        if w in ("counter", "shared", "batch"):
+            app = "BatchKeyCounter" if w == "batch" else "KeyCounter"
+            processors = {"counter": {"class": f"tests.chaos.apps:{app}", "inputs": [t_in], "outputs": [t_out],
                                       **common}}
             topics = {t_in: {"partitions": 2}, t_out: {"partitions": 2}}
         elif w == "monoid":
@@ -563,7 +569,7 @@ class ChaosRun:
         w = self.combo.workload
         inputs = self._read(self.topics["in"])
         self.result.stats["inputs"] = len(inputs)
-        if w in ("counter", "shared", "monoid"):  # no event time: a copy is one more input like any other
+        if w in ("counter", "shared", "monoid", "batch"):  # no event time: a copy is one more input like any other
             self._check_counter(inputs)
             return
         resent = resent_copies(inputs)

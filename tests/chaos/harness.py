@@ -15,7 +15,8 @@ Workloads (tests/chaos/apps.py):
   watermark carried across the bus by control records;
 - monoid: a count monoid with its state in PostgreSQL (EmittingCount), one output per input;
 - shared: the counter run as two instances sharing the input partitions;
-- batch: the counter as a batch processor (BatchKeyCounter: the same outputs and state), one instance.
+- batch: the counter as a batch processor (BatchKeyCounter: the same outputs and state), one instance;
+- batch_windows: the timer windows as a batch processor (BatchTimerWindowSum: the same state, timers and outputs).
 Faults:
 - sigkill: SIGKILL at 1-2 random points, restart at once;
 - zombie: SIGSTOP; another instance (another machine: its own state directory, state from the backups) takes
@@ -80,7 +81,8 @@ from tests.support.tcp_proxy import TcpProxy
 
 ALO, AMO, EO = "at_least_once", "at_most_once", "exactly_once"
 PAIRS: list[tuple[str, str]] = [(ALO, ALO), (EO, ALO), (AMO, AMO), (EO, AMO), (EO, EO)]
-WORKLOADS = ("counter", "windows", "pipeline", "monoid", "shared", "batch")
+WORKLOADS = ("counter", "windows", "pipeline", "monoid", "shared", "batch", "batch_windows")
+WINDOWED = ("windows", "batch_windows")  # one stage of timer windows over 3 input partitions
 FAULTS = ("sigkill", "zombie", "machine_loss", "broker_restart", "proxy_cut")
 SHORT = {ALO: "alo", AMO: "amo", EO: "eo"}
 
@@ -284,7 +286,7 @@ class ChaosRun:
     # ---------------------------------------------------------------- configuration
     @property
     def input_partitions(self) -> int:
-        return 3 if self.combo.workload == "windows" else 2
+        return 3 if self.combo.workload in WINDOWED else 2
 
     def _semantics(self) -> dict[str, str]:
         state, output = self.combo.pair
@@ -312,8 +314,9 @@ class ChaosRun:
             processors = {"count": {"class": "tests.chaos.apps:EmittingCount", "inputs": [t_in], "outputs": [t_out],
                                     **common}}
             topics = {t_in: {"partitions": 2}, t_out: {"partitions": 2}}
-        elif w == "windows":
-            processors = {"win": {**window, "inputs": [t_in],
+        elif w in WINDOWED:
+            app = "BatchTimerWindowSum" if w == "batch_windows" else "TimerWindowSum"
+            processors = {"win": {**window, "class": f"tests.chaos.apps:{app}", "inputs": [t_in],
                                   "event_time": {"field": "ts", "allowed_lateness": "1s"}}}
             topics = {t_in: {"partitions": 3}, t_out: {"partitions": 2}}
         else:  # pipeline
@@ -337,7 +340,7 @@ class ChaosRun:
 
     def _records(self) -> list[Rec]:
         rng, w = self.rng, self.combo.workload
-        if w in ("windows", "pipeline"):
+        if w in (*WINDOWED, "pipeline"):
             count, keys = 4000, 8
             values: list[dict[str, Any]] = [{"k": f"k{rng.randrange(keys)}", "ts": BASE_TS + i * 10 + rng.randrange(10),
                        "amount": rng.randint(1, 9), "i": i} for i in range(count)]
@@ -434,7 +437,7 @@ class ChaosRun:
                 code = inst.terminate(60)
                 if code not in (0, None):
                     self.result.notes.append(f"{inst.name} ended with code {code} on SIGTERM")
-            if self.combo.workload in ("windows", "pipeline"):
+            if self.combo.workload in (*WINDOWED, "pipeline"):
                 # the far-future records go to the drain alone: a partition's largest event time is not saved
                 # with its state, so a restarted instance holds the watermark at the saved floor for any
                 # partition whose last record came before the restart, until the partition's idle timeout
@@ -576,7 +579,7 @@ class ChaosRun:
         if resent:
             self.result.notes.append(f"the broker holds {len(resent)} input records twice (the feeder's retry across "
                                      "the restart); their later copies may be dropped as late")
-        if w == "windows":
+        if w in WINDOWED:
             self._check_windows(inputs, "win", self.combo.pair[0], self.combo.pair, resent)
         else:
             self._check_pipeline(inputs, resent)

@@ -1,4 +1,4 @@
-"""The chaos matrix's CI sample: twelve (workload, fault, semantics pair) runs chosen by a fixed seed (two rounds of
+"""The chaos matrix's CI sample: fourteen (workload, fault, semantics pair) runs chosen by a fixed seed (two rounds of
 every workload once and every fault at least once), each checked against its pair's promise on state and output
 (tests/chaos/harness.py). Pairs an open, understood bug breaks for a combination (harness.KNOWN_BUGS) are left
 out of the sample: their deterministic reproductions (test_findings.py, test_known_failures.py) fail instead, and

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
 
 from stylus.core.task import PartitionTask
+from stylus.kafka.callbacks import subscribe
 from stylus.runtime.checkpointing import Checkpointer
 from stylus.runtime.recovery import PartitionOpener
 from stylus.runtime.transactions import Aborted, Fenced, WorkerTransaction
@@ -53,7 +54,7 @@ class Assignment:
         return self.tasks[(topic, partition)]
 
     def subscribe(self, topics: list[str]) -> None:
-        self.consumer.subscribe(topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
+        subscribe(self.consumer, topics, on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
 
     def rejoin_group(self, topics: list[str]) -> None:
         """Leave the group and join again (after a failed transaction, see `aborted`)."""

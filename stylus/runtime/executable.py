@@ -33,6 +33,7 @@ from stylus.config.model import Pipeline
 from stylus.core.engine import StopProcessing
 from stylus.core.groupings import Routes
 from stylus.core.task import PartitionTask
+from stylus.kafka.callbacks import subscribe
 from stylus.kafka.producer import close_producer
 from stylus.kafka.settings import client_config
 from stylus.runtime.failures import FailurePolicy
@@ -248,8 +249,8 @@ class ExecutableWorker:
     def run(self) -> None:
         """Consume, feed the program, commit; until stopped or idle. Raises WorkerFailed on error."""
         tune_for_streaming()  # each record allocates its line and its answer's objects, as a Python worker's do
-        self.consumer.subscribe(list(self.spec.inputs), on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                on_lost=self._on_lost)
+        subscribe(self.consumer, list(self.spec.inputs), on_assign=self._on_assign, on_revoke=self._on_revoke,
+                  on_lost=self._on_lost)
         next_commit = time.monotonic() + self.spec.checkpoint.interval
         error: BaseException | None = None
         try:

@@ -484,7 +484,10 @@ class WorkerTransaction:
     def _retire(self) -> None:
         if self.stuck:
             return  # a call of ours still hangs inside this producer: leave it alone
-        self.producer.flush(5)
+        try:
+            self.producer.flush(5)
+        except KafkaException as exc:  # a fenced producer raises its fatal error here once more: it goes anyway
+            log.info("%s: the producer given up: %s", self.processor, exc)
         if not (self.fenced or self.abandoned):  # close() would try to abort a transaction that cannot end
             close_producer(self.producer)
 

@@ -25,6 +25,7 @@ from stylus.core.engines import engine_for
 from stylus.core.task import PartitionTask
 from stylus.eventtime.driver import WorkerEventTime
 from stylus.kafka.batching import BatchSizer
+from stylus.kafka.callbacks import surfacing
 from stylus.kafka.producer import close_producer
 from stylus.kafka.settings import AT_MOST_ONCE_PRODUCER, client_config
 from stylus.monoid.backend import remote_state_for
@@ -137,7 +138,8 @@ class Worker:
         self.consumer = Consumer(
             client_config("consumer", bootstrap, pipeline, name, self._consumer_defaults(),
                           **{"group.id": self.group_id, "client.id": f"{self.group_id}-{instance}"})
-            | {"error_cb": self._on_client_error, "on_commit": lambda err, tps: self.checkpointer.on_commit(err, tps)}
+            | {"error_cb": self._on_client_error,
+               "on_commit": surfacing(lambda err, tps: self.checkpointer.on_commit(err, tps))}
         )
         self.tasks: dict[tuple[str, int], PartitionTask] = {}
         self.transaction = (  # exactly-once output only

@@ -29,6 +29,7 @@ from confluent_kafka import Consumer, TopicPartition, murmur2
 from confluent_kafka.admin import AdminClient
 
 from stylus.config.model import Pipeline
+from stylus.kafka.callbacks import subscribe
 from stylus.kafka.settings import client_config
 from stylus.serde import encode_key
 from stylus.tables.owners import Owners, client_id
@@ -78,8 +79,8 @@ class ServingInstance:
         for name in self.pipeline.tables:
             self.registry.open(name)
         if self.consumer is not None:
-            self.consumer.subscribe(self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                    on_lost=self._on_revoke)
+            subscribe(self.consumer, self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
+                      on_lost=self._on_revoke)
 
     def run(self) -> None:
         """Until `stop`: keep the group membership and apply what arrives on the tables' topics."""

@@ -470,7 +470,11 @@ class WorkerTransaction:
 
     def poll(self) -> None:
         """Serve delivery reports between commits, on the worker thread, as the worker does for its own
-        producer: unserved, they would all wait for the commit's flush on the checkpoint thread."""
+        producer: unserved, they would all wait for the commit's flush on the checkpoint thread. Not a producer
+        given up: its reports are its aborted transaction's, a fenced one raises its fatal error again, and the
+        next assignment replaces it (`start`)."""
+        if self.stuck or self.fenced or self.abandoned:
+            return
         self.producer.poll(0)
 
     def close(self) -> None:
@@ -482,13 +486,15 @@ class WorkerTransaction:
             self._stable_reader.close()
 
     def _retire(self) -> None:
-        if self.stuck:
-            return  # a call of ours still hangs inside this producer: leave it alone
+        if self.stuck or self.fenced:
+            # a call of ours still hangs inside it, or it is fenced: its transaction is aborted already, and
+            # serving it raises its fatal error again (then a SystemError from the delivery reports served after)
+            return
         try:
             self.producer.flush(5)
-        except KafkaException as exc:  # a fenced producer raises its fatal error here once more: it goes anyway
+        except KafkaException as exc:  # a fatal error it reports only now: it goes anyway
             log.info("%s: the producer given up: %s", self.processor, exc)
-        if not (self.fenced or self.abandoned):  # close() would try to abort a transaction that cannot end
+        if not self.abandoned:  # close() would try to abort a transaction that cannot end
             close_producer(self.producer)
 
     def _guard(self, call: Any, what: str, deadline: float = CALL_DEADLINE) -> None:

@@ -197,7 +197,8 @@ class Worker:
                         0.0 if msgs else FULL_WAIT if self.concurrent.full(self.tasks.values()) else SHORT_WAIT)
                 if self.tables is not None:  # table records that arrived: applied between batches
                     self.tables.poll()
-                if self.assignment.rejoin:
+                if self.assignment.rejoin and not self.stop_event.is_set():  # stopping: close() leaves the group;
+                    # a subscribe still on its way when the consumer closes trips librdkafka's assertion at destroy
                     self.assignment.rejoin_group(list(self.spec.inputs))
                 now = time.monotonic()
                 if now >= next_poll or self.checkpointer.inflight is not None:  # a checkpoint awaits reports

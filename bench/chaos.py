@@ -143,7 +143,7 @@ def main() -> None:
                 report(args, fingerprint, head, results, time.monotonic() - started, final=False)
 
     violating, erring = report(args, fingerprint, head, results, time.monotonic() - started, final=True)
-    if not violating and not erring and args.keep is None:
+    if args.keep is not None or not (violating or erring):  # failed runs were moved to --keep, or there are none
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -40,9 +40,9 @@ def test_records_of_a_transaction_given_up_do_not_fail_the_next_commit(
     producer given up after a failed transaction, when it is flushed on its way out. None of them belongs to
     the next transaction: its commit succeeds, where it used to fail the worker with the aborted records'
     failures (a broker restart in CI: `2000 transactional records failed delivery`). A producer fenced by the
-    partitions' next owner fails its commit (`Fenced`) and, flushed on its way out, reports the fatal error once
-    more: the worker's loop leaves it alone until the next assignment replaces it all the same (a resumed zombie's
-    worker used to die at either)."""
+    partitions' next owner fails its commit (`Fenced`); polled or flushed, it would raise its fatal error once
+    more, so it is left alone until the next assignment replaces it (a resumed zombie's worker used to stop
+    there instead of rejoining)."""
     pipeline, consumer, txn = _transaction(bootstrap, pipeline_factory)
     out = pipeline.processors["p"].outputs[0]
     try:

@@ -138,8 +138,9 @@ class Placing:
                 f"(score {self.score:.1f})")
 
 
-def render(board: Board, counts: dict[str, int], generated: int, elapsed: float, burst: str) -> str:
-    """The board as text: two columns of topics, then per-processor counts."""
+def render(board: Board, counts: dict[str, int], generated: int, elapsed: float) -> str:
+    """The board as text: two columns of topics, then per-processor counts; the watched event is the burst."""
+    burst = board.watch
     blocks = []
     for topic in sorted(board.latest):
         result = board.latest[topic]
@@ -254,7 +255,7 @@ def run_demo(pipeline_file: str | None, *, duration: float | None, rate: int, pl
                     break
                 board.poll(timeout=0.2)
                 if time.monotonic() >= next_draw:
-                    text = render(board, counts(), generator.produced, elapsed, burst.event)
+                    text = render(board, counts(), generator.produced, elapsed)
                     stream.write(("\x1b[H\x1b[2J" + text) if redraw else text + "\n")
                     stream.flush()
                     next_draw += every
@@ -267,7 +268,7 @@ def run_demo(pipeline_file: str | None, *, duration: float | None, rate: int, pl
             board.poll(timeout=0.5)
             board.close()
             stream.write("\nfinal ranking (latest bucket per topic):\n")
-            stream.write(render(board, counts(), generator.produced, time.monotonic() - started, burst.event))
+            stream.write(render(board, counts(), generator.produced, time.monotonic() - started))
             for name, error in runner.errors.items():
                 stream.write(f"error: {name}: {error}\n")
             if generator.error is not None:

@@ -100,12 +100,12 @@ def test_the_board_keeps_the_bursts_best_place_when_the_latest_bucket_has_not_se
                       "final": False})
         assert board.latest["music"]["bucket_start"] == 30_000
         assert board.best is not None and (board.best.rank, board.best.score, board.best.bucket_start) == (1, 95.0, 0)
-        text = render(board, {"ranker": 3}, 3, 1.0, "e0100")
+        text = render(board, {"ranker": 3}, 3, 1.0)
         assert "; best place: #1 in music " in text and "(score 95.0)" in text
     finally:
         board.close()
     empty = Board(bootstrap, topic_factory("ranked"), 1, watch="e0100")
     try:
-        assert "; not ranked yet" in render(empty, {}, 0, 0.0, "e0100")
+        assert "; not ranked yet" in render(empty, {}, 0, 0.0)
     finally:
         empty.close()

@@ -40,8 +40,7 @@ class BatchKeyCounter(BatchProcessor):
     def process_batch(self, batch: Any, ctx: Any) -> None:
         keys = batch.column("key")
         groups = Groups(keys)
-        before = ctx.state.get_many(groups.names)
-        counts = groups.running_count(np.array([b or 0 for b in before], dtype=np.int64))
+        counts = groups.running_count(np.array(ctx.state.get_many(groups.names, default=0), dtype=np.int64))
         ctx.state.set_many(dict(zip(groups.names, groups.last(counts), strict=True)))
         src = pc.binary_join_element_wise(f"{ctx.topic}:{ctx.partition}:", batch.column("offset").cast(pa.string()),
                                           "")

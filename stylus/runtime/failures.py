@@ -9,6 +9,7 @@ from typing import Any
 
 from stylus.core.engine import StopProcessing
 from stylus.core.task import PartitionTask
+from stylus.kafka.errors import client_failed
 from stylus.runtime.sink import KafkaSink
 
 log = logging.getLogger(__name__)
@@ -50,6 +51,8 @@ class FailurePolicy:
         self._last_log = 0.0
 
     def __call__(self, msg: Any, exc: BaseException, stage: str, task: PartitionTask) -> None:
+        if client_failed(exc):  # the output's producer failed (fenced): not the record's failure, and the
+            raise exc  # dead letter would meet the same producer; the worker decides (Worker._drop_if_fenced)
         where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
         if self.policy == "stop":
             raise StopProcessing(

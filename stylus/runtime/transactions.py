@@ -29,6 +29,7 @@ from stylus.config.model import Pipeline
 from stylus.core.engine import EngineContext
 from stylus.core.sink import DEFAULT_MESSAGE_MAX_BYTES, DirectOutput
 from stylus.core.task import PartitionTask
+from stylus.kafka.errors import FENCED_CODES, client_failed
 from stylus.kafka.offsets import committed_offsets, watermarks
 from stylus.kafka.producer import close_producer
 from stylus.kafka.settings import client_config
@@ -472,10 +473,17 @@ class WorkerTransaction:
         """Serve delivery reports between commits, on the worker thread, as the worker does for its own
         producer: unserved, they would all wait for the commit's flush on the checkpoint thread. Not a producer
         given up: its reports are its aborted transaction's, a fenced one raises its fatal error again, and the
-        next assignment replaces it (`start`)."""
+        next assignment replaces it (`start`). A fence served here first (a zombie's records refused before its
+        commit) marks the producer fenced: the worker then drops its partitions (Worker._drop_if_fenced)."""
         if self.stuck or self.fenced or self.abandoned:
             return
-        self.producer.poll(0)
+        try:
+            self.producer.poll(0)
+        except (KafkaException, SystemError) as exc:
+            if not client_failed(exc):
+                raise
+            self.fenced = True
+            log.warning("%s: %s was fenced: %s", self.processor, self.transactional_id, exc.__cause__ or exc)
 
     def close(self) -> None:
         """At the worker's end: the open transaction (empty after a final checkpoint) is aborted, never left
@@ -512,8 +520,7 @@ class WorkerTransaction:
                               "replaced") from exc
             except KafkaException as exc:
                 err: KafkaError = exc.args[0]
-                if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                                  KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) or err.fatal():
+                if err.code() in FENCED_CODES or err.fatal():
                     self.fenced = True
                     raise Fenced(f"{self.transactional_id} was fenced: {err}") from exc
                 if err.retriable() and not err.txn_requires_abort() and attempt < CALL_ATTEMPTS:

@@ -26,6 +26,7 @@ from stylus.core.task import PartitionTask
 from stylus.eventtime.driver import WorkerEventTime
 from stylus.kafka.batching import BatchSizer
 from stylus.kafka.callbacks import surfacing
+from stylus.kafka.errors import client_failed
 from stylus.kafka.producer import close_producer
 from stylus.kafka.settings import AT_MOST_ONCE_PRODUCER, client_config
 from stylus.monoid.backend import remote_state_for
@@ -38,7 +39,7 @@ from stylus.runtime.gctune import tune_for_streaming
 from stylus.runtime.recovery import PartitionOpener
 from stylus.runtime.sink import KafkaSink, message_max_bytes
 from stylus.runtime.stats import WorkerStats
-from stylus.runtime.transactions import WorkerTransaction, marks_client, output_marks, record_ids_wanted
+from stylus.runtime.transactions import Fenced, WorkerTransaction, marks_client, output_marks, record_ids_wanted
 from stylus.state.backup import BackupManager
 from stylus.tables.registry import TableRegistry
 
@@ -118,6 +119,8 @@ class Worker:
         # `concurrency`: up to N records of each partition in flight, tracked by an acker (docs/acker.md)
         self.concurrent: ConcurrentEngine | None = None
         self._consumed_at = 0.0  # the last consume under `concurrency`
+        self._next_checkpoint = 0.0  # when the loop (`_step`) starts the next checkpoint, and serves reports
+        self._next_poll = 0.0
         if spec.concurrency is not None:
             refused = concurrency_problem(pipeline, name, type(self.processor))
             if refused:
@@ -179,46 +182,18 @@ class Worker:
         self.engine.start()
         tune_for_streaming()
         self.assignment.subscribe(list(self.spec.inputs))
-        interval = self.spec.checkpoint.interval
-        next_checkpoint = time.monotonic() + interval
-        next_poll = 0.0
+        self._next_checkpoint = time.monotonic() + self.spec.checkpoint.interval
+        self._next_poll = 0.0
         error: BaseException | None = None
         try:
             while not self.stop_event.is_set():
-                if self.concurrent is None:
-                    msgs = self.consumer.consume(num_messages=self.batches.size, timeout=0.1)
-                else:
-                    msgs = self._consume_concurrently(self.concurrent)
-                if msgs:
-                    self.batches.observe(msgs)
-                    self._handle(msgs)
-                if self.concurrent is not None and self.concurrent.active:  # drive the work in flight, a slice
-                    self.processed += self.concurrent.run(
-                        0.0 if msgs else FULL_WAIT if self.concurrent.full(self.tasks.values()) else SHORT_WAIT)
-                if self.tables is not None:  # table records that arrived: applied between batches
-                    self.tables.poll()
-                if self.assignment.rejoin and not self.stop_event.is_set():  # stopping: close() leaves the group;
-                    # a subscribe still on its way when the consumer closes trips librdkafka's assertion at destroy
-                    self.assignment.rejoin_group(list(self.spec.inputs))
-                now = time.monotonic()
-                if now >= next_poll or self.checkpointer.inflight is not None:  # a checkpoint awaits reports
-                    next_poll = now + POLL_INTERVAL
-                    self._serve(0)
-                if self.engine.track_time and self.tasks:
-                    self.event_time.tick(self.tasks.values())
-                held = sum(sink.held_count for sink in self._sinks())
-                limit = AT_MOST_ONCE_BATCH if self.sink.hold else MAX_HELD_OUTPUT
-                if self.checkpointer.inflight is not None:  # too much held output waits for it (backpressure)
-                    self.checkpointer.await_inflight(block=held > limit)
-                if self.checkpointer.inflight is None and (
-                        now >= next_checkpoint or held > limit or self._release_now(held)):
-                    self.checkpointer.start(self.tasks.values())
-                    next_checkpoint = now + interval
-                    if self.checkpointer.inflight is None and self.backups is not None:  # failed rounds retry
-                        self.backups.after_checkpoint(self.tasks.values())
-                if self.exit_when_idle is not None and self._idle(now):
-                    log.info("%s: inputs consumed and idle for %.1fs; stopping", self.name, self.exit_when_idle)
-                    break
+                try:
+                    if self._step():
+                        break
+                except (KafkaException, SystemError) as exc:  # a client's fatal error (kafka/errors.py): only
+                    # a fenced output producer is survived
+                    if not self._drop_if_fenced(exc):
+                        raise
             if self.concurrent is not None:
                 self._drain(self.concurrent)
         except StopProcessing as exc:
@@ -229,6 +204,71 @@ class Worker:
         self._close(checkpoint=True)
         if error is not None:
             raise WorkerFailed(str(error)) from error
+
+    def _step(self) -> bool:
+        """One round of the loop: a batch, the work in flight, delivery reports, timers, a checkpoint when due.
+        True when the inputs are consumed and idle (`exit_when_idle`)."""
+        if self.concurrent is None:
+            msgs = self.consumer.consume(num_messages=self.batches.size, timeout=0.1)
+        else:
+            msgs = self._consume_concurrently(self.concurrent)
+        if msgs:
+            self.batches.observe(msgs)
+            self._handle(msgs)
+        if self.concurrent is not None and self.concurrent.active:  # drive the work in flight, a slice
+            self.processed += self.concurrent.run(
+                0.0 if msgs else FULL_WAIT if self.concurrent.full(self.tasks.values()) else SHORT_WAIT)
+        if self.tables is not None:  # table records that arrived: applied between batches
+            self.tables.poll()
+        if self.assignment.rejoin and not self.stop_event.is_set():  # stopping: close() leaves the group; a
+            # subscribe still on its way when the consumer closes trips librdkafka's assertion at destroy
+            self.assignment.rejoin_group(list(self.spec.inputs))
+        now = time.monotonic()
+        if now >= self._next_poll or self.checkpointer.inflight is not None:  # a checkpoint awaits reports
+            self._next_poll = now + POLL_INTERVAL
+            self._serve(0)
+            if self.transaction is not None and self.transaction.fenced and self.tasks:  # served a fence
+                self._drop_fenced(f"{self.transaction.transactional_id} was fenced")
+        if self.engine.track_time and self.tasks:
+            self.event_time.tick(self.tasks.values())
+        held = sum(sink.held_count for sink in self._sinks())
+        limit = AT_MOST_ONCE_BATCH if self.sink.hold else MAX_HELD_OUTPUT
+        if self.checkpointer.inflight is not None:  # too much held output waits for it (backpressure)
+            self.checkpointer.await_inflight(block=held > limit)
+        if self.checkpointer.inflight is None and (
+                now >= self._next_checkpoint or held > limit or self._release_now(held)):
+            self.checkpointer.start(self.tasks.values())
+            self._next_checkpoint = now + self.spec.checkpoint.interval
+            if self.checkpointer.inflight is None and self.backups is not None:  # failed rounds retry
+                self.backups.after_checkpoint(self.tasks.values())
+        if self.exit_when_idle is not None and self._idle(now):
+            log.info("%s: inputs consumed and idle for %.1fs; stopping", self.name, self.exit_when_idle)
+            return True
+        return False
+
+    def _drop_if_fenced(self, exc: Exception) -> bool:
+        """A fatal error out of the loop (a `produce` refused, most often): if it is the transactional
+        producer's, fenced by the partitions' next owner before a commit of ours found out, this instance is a
+        zombie, and it goes on as after a failed checkpoint (`_drop_fenced`). False: another client's fatal
+        error, which fails the worker."""
+        txn = self.transaction
+        if txn is None or not client_failed(exc):
+            return False
+        self.checkpointer.await_inflight()  # a commit in flight meets the same fence, and fails first
+        txn.poll()  # the fence not served yet: served now, and the producer marked fenced
+        if not txn.fenced:
+            return False
+        self._drop_fenced(f"{txn.transactional_id} was fenced: {exc.__cause__ or exc}")
+        return True
+
+    def _drop_fenced(self, why: str) -> None:
+        """The transactional producer was fenced before a checkpoint of ours failed on it: its open transaction
+        is aborted, and nothing since the last commit counts. As for a failed checkpoint: the partitions are
+        forgotten and replayed from their last commit, after a rejoin, on a new producer (docs/semantics.md,
+        "Failures")."""
+        self.checkpointer.await_inflight()  # its failure forgets the partitions itself
+        if self.tasks:
+            self.assignment.checkpoint_failed(Fenced(why), fenced=True)
 
     def _handle(self, msgs: list[Any]) -> None:
         good = [msg for msg in msgs if msg.error() is None]  # events (EOF, errors) are rare: one fast pass

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from stylus.config.model import Pipeline
+from stylus.core.message import RawMessage
+from stylus.core.task import PartitionTask
+from stylus.runtime.failures import FailurePolicy
 from stylus.runtime.runner import PipelineRunner
+from stylus.runtime.sink import KafkaSink
 from stylus.state.kv import RocksKV
 from stylus.state.store import PartitionStore
 from tests.conftest import PipelineFactory
 from tests.support.cli import run_stylus
-from tests.support.kafka import read_raw
+from tests.support.kafka import fenced_producer_errors, read_raw
 
 N = 400  # 1% fail in `process`, 1% garbage that does not decode
 GARBAGE = [b"\xff\xfe not json", b"{truncated", b"", b"\x00\x01\x02", b"[1, 2"]
@@ -234,3 +239,21 @@ def test_an_output_too_large_to_produce_fails_its_record_not_the_processor(
     assert sorted(orjson.loads(m.value())["id"] for m in letters) == [5, 17]
     for m in letters:
         assert b"too large" in dict(m.headers())["stylus.error"].lower()
+
+
+@pytest.mark.parametrize("policy", ["dead_letter", "skip", "stop"])
+def test_a_producers_fatal_error_is_not_a_records_failure(bootstrap: str, topic_factory: Callable[..., str],
+                                                          policy: str) -> None:
+    """A record whose output met a fenced producer did not fail: whatever `on_error` says, the error goes on
+    to the worker (Worker._drop_if_fenced), and nothing is dead-lettered or counted as skipped."""
+    topic = topic_factory("fatal")
+    served, refused = fenced_producer_errors(bootstrap, topic)
+    producer = Producer({"bootstrap.servers": bootstrap})
+    sink = KafkaSink(producer, None, (), hold=False)  # type: ignore[arg-type]  # no outputs: only send()
+    failures = FailurePolicy(policy, "p", topic, sink)
+    msg = RawMessage(topic, 0, 7, b"k", b"{}", 0)
+    for error in (served, refused):
+        with pytest.raises(KafkaException) as raised:
+            failures(msg, error, "process", PartitionTask(topic, 0, None))
+        assert raised.value is error
+    assert failures.dead_lettered == failures.skipped == 0 and sink.emitted == 0

@@ -6,16 +6,22 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 from collections import Counter
 from pathlib import Path
 
 import orjson
+import pytest
 import yaml
 
+from stylus.kafka.offsets import end_offsets
 from stylus.kafka.reader import read_topic
+from stylus.runtime.transactions import fence_producer
+from stylus.runtime.worker import Worker
 from tests.conftest import PipelineFactory
 from tests.runtime.crash_harness import blocked_tail
+from tests.state.helpers import wait_for
 from tests.support.cli import ROOT, run_stylus, stylus_cmd, stylus_env, wait_for_text
 from tests.support.kafka import produce
 
@@ -94,3 +100,67 @@ def test_a_resumed_zombie_is_fenced_and_output_stays_exactly_once(
     assert len(inputs) == 8000
     assert set(outputs) == inputs, "every input has its output"
     assert {n for n in outputs.values()} == {1}, [s for s, n in outputs.items() if n > 1][:10]
+
+
+@pytest.mark.parametrize("app", ["tests.apps.batch:RunningTotalsPerRecord", "tests.apps.batch:RunningTotals"])
+@pytest.mark.parametrize("after_fence", ["one record", "a burst"])
+def test_a_fence_found_before_any_commit_of_ours_is_survived(
+        bootstrap: str, pipeline_factory: PipelineFactory, app: str, after_fence: str) -> None:
+    """The partitions' next owner fences this instance's producer while no commit of ours is under way. The
+    instance finds out from its own producer: a record produced into the fenced transaction makes the broker
+    refuse it, and then either the next poll serves the fence (one record, then nothing to produce) or the
+    next records' `produce` raises the client's fatal error (a burst). Neither is a record's failure, and
+    neither stops the worker: it drops its partitions, rejoins on a new producer and replays them from their
+    last commit, so a read_committed reader sees every input's running total once (it used to dead-letter the
+    record and stop, exit 1, as the dead letter met the same fenced producer)."""
+    _, pipeline = pipeline_factory({
+        "kafka": {"consumer": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}},
+        "topics": {"numbers": {"partitions": PARTITIONS}, "totals": {"partitions": PARTITIONS}},
+        "processors": {"p": {"class": app, "inputs": ["numbers"], "outputs": ["totals"],
+                             "semantics": {"state": "exactly_once", "output": "exactly_once"},
+                             "checkpoint": {"interval": "1h"}}},  # no commit of ours but the final one
+    })
+    numbers, totals = pipeline.processors["p"].inputs[0], pipeline.processors["p"].outputs[0]
+    sent = 0
+
+    def feed(n: int) -> None:
+        nonlocal sent
+        produce(bootstrap, numbers, [(f"k{i % 11}", {"n": i}) for i in range(sent, sent + n)])
+        sent += n
+
+    worker = Worker(pipeline, "p", bootstrap)
+    errors: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _run_catching(worker, errors), daemon=True)
+    thread.start()
+    try:
+        feed(1000)
+        wait_for(lambda: worker.processed >= 1000, 60, "the first records processed")
+        assert worker.transaction is not None
+        fenced_id = worker.transaction.transactional_id
+        fence_producer(bootstrap, pipeline, "p", fenced_id)
+        feed(1 if after_fence == "one record" else 3000)
+        wait_for(lambda: worker.transaction is not None and worker.transaction.transactional_id != fenced_id
+                 and worker.tasks, 60, "a rejoin on a new producer", explain=lambda: errors)
+        feed(1000)
+        ends = end_offsets(bootstrap, [(numbers, p) for p in range(PARTITIONS)])
+        wait_for(lambda: all((task := worker.tasks.get(tp)) is not None and task.next_offset == end
+                             for tp, (_, end) in ends.items()),
+                 60, "every input consumed", explain=lambda: errors)
+    finally:
+        worker.stop_event.set()
+        thread.join(60)
+    assert not thread.is_alive() and not errors, errors
+    assert worker.failures.dead_lettered == 0  # the fence is not a record's failure
+    runs: dict[str, list[int]] = {}
+    for msg in read_topic(bootstrap, totals):
+        out = orjson.loads(msg.value() or b"{}")
+        runs.setdefault(out["key"], []).append(out["count"])
+    assert sum(map(len, runs.values())) == sent
+    assert all(counts == list(range(1, len(counts) + 1)) for counts in runs.values()), "each total once, in order"
+
+
+def _run_catching(worker: Worker, errors: list[BaseException]) -> None:
+    try:
+        worker.run()
+    except BaseException as exc:  # handed to the test
+        errors.append(exc)

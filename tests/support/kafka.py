@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from stylus.core.message import RawMessage
 from stylus.kafka.offsets import end_offsets, topic_partitions
@@ -98,3 +98,32 @@ def topic_with_deleted_records(bootstrap: str, records: int = 2000) -> str:
         assert time.monotonic() < deadline, "retention deleted nothing within 60 s"
         time.sleep(0.2)
     return topic
+
+
+def fenced_producer_errors(bootstrap: str, topic: str) -> tuple[KafkaException, KafkaException]:
+    """A transactional producer fenced by a newer one of its id, and what it raises once its next record is
+    refused: (the fence its `poll` serves, `_FENCED`; what its `produce` raises from then on, `_FATAL`)."""
+    transactional_id = f"fenced-{uuid.uuid4().hex[:8]}"
+    fenced = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    newer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id})
+    try:
+        fenced.init_transactions(30)
+        fenced.begin_transaction()
+        newer.init_transactions(30)
+        fenced.produce(topic, b"refused")
+        served: KafkaException | None = None
+        deadline = time.monotonic() + 30
+        while served is None:
+            assert time.monotonic() < deadline, "the fence was never served"
+            try:
+                fenced.poll(0.1)
+            except KafkaException as exc:
+                served = exc
+        try:
+            fenced.produce(topic, b"after the fence")
+        except KafkaException as exc:
+            return served, exc
+        raise AssertionError("a fenced producer took a record")
+    finally:
+        newer.close()
+        fenced.purge()

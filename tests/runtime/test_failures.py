@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,15 +10,16 @@ import orjson
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
-from stylus.config.model import Pipeline
+from stylus.config.model import Pipeline, TopicSpec
 from stylus.core.message import RawMessage
 from stylus.core.task import PartitionTask
+from stylus.kafka.admin import create_topics
 from stylus.runtime.failures import FailurePolicy
 from stylus.runtime.runner import PipelineRunner
 from stylus.runtime.sink import KafkaSink
 from stylus.state.kv import RocksKV
 from stylus.state.store import PartitionStore
-from tests.conftest import PipelineFactory
+from tests.conftest import PipelineFactory, unique
 from tests.support.cli import run_stylus
 from tests.support.kafka import fenced_producer_errors, read_raw
 
@@ -241,18 +241,25 @@ def test_an_output_too_large_to_produce_fails_its_record_not_the_processor(
         assert b"too large" in dict(m.headers())["stylus.error"].lower()
 
 
+@pytest.fixture(scope="module")
+def fenced_errors(bootstrap: str) -> tuple[str, tuple[KafkaException, KafkaException]]:
+    """A topic, and the errors a producer fenced while writing to it raises (served by poll, raised by produce)."""
+    topic = unique("fatal")
+    create_topics(bootstrap, {topic: TopicSpec(partitions=1)})
+    return topic, fenced_producer_errors(bootstrap, topic)
+
+
 @pytest.mark.parametrize("policy", ["dead_letter", "skip", "stop"])
-def test_a_producers_fatal_error_is_not_a_records_failure(bootstrap: str, topic_factory: Callable[..., str],
-                                                          policy: str) -> None:
+def test_a_producers_fatal_error_is_not_a_records_failure(
+        bootstrap: str, fenced_errors: tuple[str, tuple[KafkaException, KafkaException]], policy: str) -> None:
     """A record whose output met a fenced producer did not fail: whatever `on_error` says, the error goes on
     to the worker (Worker._drop_if_fenced), and nothing is dead-lettered or counted as skipped."""
-    topic = topic_factory("fatal")
-    served, refused = fenced_producer_errors(bootstrap, topic)
+    topic, errors = fenced_errors
     producer = Producer({"bootstrap.servers": bootstrap})
     sink = KafkaSink(producer, None, (), hold=False)  # type: ignore[arg-type]  # no outputs: only send()
     failures = FailurePolicy(policy, "p", topic, sink)
     msg = RawMessage(topic, 0, 7, b"k", b"{}", 0)
-    for error in (served, refused):
+    for error in errors:
         with pytest.raises(KafkaException) as raised:
             failures(msg, error, "process", PartitionTask(topic, 0, None))
         assert raised.value is error

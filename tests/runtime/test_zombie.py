@@ -102,8 +102,11 @@ def test_a_resumed_zombie_is_fenced_and_output_stays_exactly_once(
     assert {n for n in outputs.values()} == {1}, [s for s, n in outputs.items() if n > 1][:10]
 
 
-@pytest.mark.parametrize("app", ["tests.apps.batch:RunningTotalsPerRecord", "tests.apps.batch:RunningTotals"])
-@pytest.mark.parametrize("after_fence", ["one record", "a burst"])
+@pytest.mark.parametrize(("app", "after_fence"), [
+    ("tests.apps.batch:RunningTotalsPerRecord", "one record"),  # the fence served by the worker's poll
+    ("tests.apps.batch:RunningTotalsPerRecord", "a burst"),  # raised by produce, through the dead-letter path
+    ("tests.apps.batch:RunningTotals", "a burst"),  # raised by produce, out of the batch's release
+])
 def test_a_fence_found_before_any_commit_of_ours_is_survived(
         bootstrap: str, pipeline_factory: PipelineFactory, app: str, after_fence: str) -> None:
     """The partitions' next owner fences this instance's producer while no commit of ours is under way. The

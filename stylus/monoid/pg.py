@@ -28,6 +28,7 @@ from psycopg.types.json import set_json_loads
 
 from stylus.monoid.processor import SqlCombiner
 from stylus.monoid.state import MISSING
+from stylus.state.ownership import OwnershipLost
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ _SQL_MERGE: dict[str, str] = {
 }
 
 
-class StaleOwner(RuntimeError):
+class StaleOwner(OwnershipLost):
     """Another owner advanced this partition's offsets since we read them: our checkpoint is refused."""
 
 

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from stylus.core.task import PartitionTask
 from stylus.runtime.sink import DeliveryFailed
+from stylus.state.ownership import OwnershipLost
 
 if TYPE_CHECKING:
     from stylus.runtime.faults import FaultInjector
@@ -268,8 +269,12 @@ class PendingCheckpoint:
             elif step is Step.TRANSACTION:
                 self._transactions()
             else:
-                for write in self.writes[step]:
-                    write()
+                try:
+                    for write in self.writes[step]:
+                        write()
+                except OwnershipLost as exc:  # a remote store's offset moved on: another instance owns it now
+                    self._give_up(exc, str(exc))
+                    return
                 if step is not Step.STATE:
                     self._commit_kafka()
                     if self.failure is not None:  # refused
@@ -362,11 +367,16 @@ class PendingCheckpoint:
         released, it would be written again by that replay), the steps after the commit are skipped, and
         `failure` tells the worker to forget the partitions' uncommitted work and rejoin the group, as after
         a failed transaction (`Assignment.checkpoint_failed`)."""
+        self._give_up(exc, f"offsets commit refused, the group moved on ({exc.args[0].str()})")
+
+    def _give_up(self, exc: Exception, why: str) -> None:
+        """The checkpoint stops at a step refused because the partitions moved on (a refused commit, a remote
+        store's `OwnershipLost`): what earlier steps saved stays, its held output is dropped, and the worker
+        replays the partitions from their last commit after a rejoin (`failure`)."""
         self.failure = (exc, False)
         dropped, self.held = len(self.held), []
         self.scope.sink.given_up += dropped
-        log.warning("%s: offsets commit refused, the group moved on (%s): %d held outputs dropped",
-                    self.scope.name, exc.args[0].str(), dropped)
+        log.warning("%s: %s: %d held outputs dropped", self.scope.name, why, dropped)
 
     def _transactions(self) -> None:
         """T1-T5 of stylus/runtime/transactions.py: one transaction for every partition with progress."""

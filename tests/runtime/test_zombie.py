@@ -15,15 +15,19 @@ import orjson
 import pytest
 import yaml
 
+from stylus.api import import_processor_class
 from stylus.kafka.offsets import end_offsets
 from stylus.kafka.reader import read_topic
+from stylus.monoid.backend import PostgresBackend, RemotePartitionStore
 from stylus.runtime.transactions import fence_producer
 from stylus.runtime.worker import Worker
 from tests.conftest import PipelineFactory
+from tests.monoid.helpers import stored_offsets, table_contents
 from tests.runtime.crash_harness import blocked_tail
 from tests.state.helpers import wait_for
 from tests.support.cli import ROOT, run_stylus, stylus_cmd, stylus_env, wait_for_text
 from tests.support.kafka import produce
+from tests.support.pg import fresh_database
 
 PARTITIONS = 2
 
@@ -167,3 +171,53 @@ def _run_catching(worker: Worker, errors: list[BaseException]) -> None:
         worker.run()
     except BaseException as exc:  # handed to the test
         errors.append(exc)
+
+
+def test_a_monoid_zombie_refused_by_the_database_rejoins_and_resumes_where_the_owner_left(
+        bootstrap: str, pipeline_factory: PipelineFactory) -> None:
+    """Monoid state in PostgreSQL fences by the stored offset: a save that expects an offset another owner has
+    moved on is refused (`StaleOwner`). The refused instance is a zombie like a fenced producer: it forgets
+    the partition's unsaved deltas and rejoins, then resumes from the offset the owner saved, with the owner's
+    state (it used to stop, exit 1). Here the other owner took records 100-149 (a delta of 1,000 to `k0`)."""
+    with fresh_database() as dsn:
+        _, pipeline = pipeline_factory({
+            "kafka": {"consumer": {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}},
+            "topics": {"events": {"partitions": 1}},
+            "processors": {"agg": {"class": "tests.apps.monoids:ValueSum", "inputs": ["events"],
+                                   "semantics": {"state": "exactly_once", "output": "at_least_once"},
+                                   "checkpoint": {"interval": "200ms"},
+                                   "state": {"backend": "postgres", "dsn": dsn}}},
+        })
+        events = pipeline.processors["agg"].inputs[0]
+
+        def feed(first: int, last: int) -> None:
+            produce(bootstrap, events, [(None, {"k": f"k{i % 5}", "n": 1}) for i in range(first, last)])
+
+        def saved() -> int | None:
+            return stored_offsets(dsn).get((events, 0))
+
+        worker = Worker(pipeline, "agg", bootstrap)
+        errors: list[BaseException] = []
+        thread = threading.Thread(target=lambda: _run_catching(worker, errors), daemon=True)
+        thread.start()
+        try:
+            feed(0, 100)
+            wait_for(lambda: saved() == 100, 60, "the first records saved", explain=lambda: errors)
+            spec = pipeline.processors["agg"]
+            owner = PostgresBackend(pipeline, "agg", import_processor_class(spec.class_)(config=spec.config,
+                                                                                          name="agg"))
+            store = owner.open(events, 0)
+            assert isinstance(store, RemotePartitionStore)
+            store.deltas.add("k0", 1000)
+            store.save(150)  # the worker is idle: no save of its own can come between the read and this one
+            store.close()
+            rebalances = worker.rebalances
+            feed(100, 200)
+            wait_for(lambda: saved() == 200, 60, "the rest saved", explain=lambda: errors)
+            assert worker.rebalances > rebalances  # it rejoined
+        finally:
+            worker.stop_event.set()
+            thread.join(60)
+        assert not thread.is_alive() and not errors, errors
+        totals = table_contents(dsn, pipeline)
+    assert totals == {"k0": 20 + 1000 + 10, "k1": 30, "k2": 30, "k3": 30, "k4": 30}

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import random
 import re
-import threading
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from stylus.state.store import PartitionStore
 from tests.apps.batch import KEEP, Poison
 from tests.conftest import PipelineFactory
 from tests.support.kafka import produce, read_raw
+from tests.support.threads import start_thread
 
 PARTITIONS = 3
 PAIRS = list(FIGURE8_PAIRS)
@@ -36,20 +36,11 @@ def _id(pair: tuple[str, str]) -> str:
 def run_workers(pipeline: Pipeline, *names: str, timeout: float = 120) -> list[Worker]:
     """Each processor in its own Worker, together, until every one has consumed its inputs and idled."""
     workers = [Worker(pipeline, name, pipeline.kafka["bootstrap.servers"], exit_when_idle=1.0) for name in names]
-    errors: list[BaseException] = []
-
-    def run(worker: Worker) -> None:
-        try:
-            worker.run()
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(w,), daemon=True) for w in workers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
+    started = [start_thread(worker.run) for worker in workers]
+    for thread, _ in started:
         thread.join(timeout)
-    assert not any(t.is_alive() for t in threads), "a worker did not finish"
+    assert not any(thread.is_alive() for thread, _ in started), "a worker did not finish"
+    errors = [exc for _, raised in started for exc in raised]
     assert not errors, errors
     return workers
 

@@ -23,6 +23,7 @@ from stylus.kafka.offsets import end_offsets
 from stylus.runtime import worker as worker_module
 from stylus.runtime.worker import Worker
 from tests.support.kafka import produce, read_json
+from tests.support.threads import start_thread
 
 RECORDS = 3000
 PARTITIONS = 2
@@ -59,17 +60,8 @@ def test_overlapped_commit_is_settled_without_waiting_on_itself(
         bootstrap, topic_factory, tmp_path, f"ovl-{state}", 25, {"state": state, "output": "at_most_once"},
         {"interval": "5ms", "overlap": True})
     worker = Worker(pipeline, "p", bootstrap, exit_when_idle=1.0)
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            worker.run()
-        except BaseException as exc:
-            errors.append(exc)
-
     started = time.monotonic()
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
+    thread, errors = start_thread(worker.run)
     thread.join(120)
     assert not thread.is_alive(), "the worker stalled"
     assert not errors, errors

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -28,6 +27,7 @@ from tests.state.helpers import wait_for
 from tests.support.cli import ROOT, run_stylus, stylus_cmd, stylus_env, wait_for_text
 from tests.support.kafka import produce
 from tests.support.pg import fresh_database
+from tests.support.threads import start_thread
 
 PARTITIONS = 2
 
@@ -136,9 +136,7 @@ def test_a_fence_found_before_any_commit_of_ours_is_survived(
         sent += n
 
     worker = Worker(pipeline, "p", bootstrap)
-    errors: list[BaseException] = []
-    thread = threading.Thread(target=lambda: _run_catching(worker, errors), daemon=True)
-    thread.start()
+    thread, errors = start_thread(worker.run)
     try:
         feed(1000)
         wait_for(lambda: worker.processed >= 1000, 60, "the first records processed")
@@ -166,13 +164,6 @@ def test_a_fence_found_before_any_commit_of_ours_is_survived(
     assert all(counts == list(range(1, len(counts) + 1)) for counts in runs.values()), "each total once, in order"
 
 
-def _run_catching(worker: Worker, errors: list[BaseException]) -> None:
-    try:
-        worker.run()
-    except BaseException as exc:  # handed to the test
-        errors.append(exc)
-
-
 def test_a_monoid_zombie_refused_by_the_database_rejoins_and_resumes_where_the_owner_left(
         bootstrap: str, pipeline_factory: PipelineFactory) -> None:
     """Monoid state in PostgreSQL fences by the stored offset: a save that expects an offset another owner has
@@ -197,9 +188,7 @@ def test_a_monoid_zombie_refused_by_the_database_rejoins_and_resumes_where_the_o
             return stored_offsets(dsn).get((events, 0))
 
         worker = Worker(pipeline, "agg", bootstrap)
-        errors: list[BaseException] = []
-        thread = threading.Thread(target=lambda: _run_catching(worker, errors), daemon=True)
-        thread.start()
+        thread, errors = start_thread(worker.run)
         try:
             feed(0, 100)
             wait_for(lambda: saved() == 100, 60, "the first records saved", explain=lambda: errors)

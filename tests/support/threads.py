@@ -10,23 +10,29 @@ if TYPE_CHECKING:
     from stylus.runtime.runner import PipelineRunner
 
 
-def run_concurrently(calls: Iterable[Callable[[], object]], timeout: float = 60.0) -> None:
-    """Start every call on a thread of its own, wait for all, and raise the first error any of them raised
-    (an exception on a plain thread is only printed: the test would go on as if the call had worked)."""
+def start_thread(call: Callable[[], object]) -> tuple[threading.Thread, list[BaseException]]:
+    """`call` on a daemon thread of its own, started, and the list that gets what it raised (an exception on a
+    plain thread is only printed: the test would go on as if the call had worked)."""
     errors: list[BaseException] = []
 
-    def run(call: Callable[[], object]) -> None:
+    def run() -> None:
         try:
             call()
-        except BaseException as exc:  # handed to the test below
+        except BaseException as exc:  # handed to the test
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(call,), daemon=True) for call in calls]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+def run_concurrently(calls: Iterable[Callable[[], object]], timeout: float = 60.0) -> None:
+    """Start every call on a thread of its own, wait for all, and raise the first error any of them raised."""
+    started = [start_thread(call) for call in calls]
+    for thread, _ in started:
         thread.join(timeout)
-    assert not any(thread.is_alive() for thread in threads), f"a concurrent call ran past {timeout:g}s"
+    assert not any(thread.is_alive() for thread, _ in started), f"a concurrent call ran past {timeout:g}s"
+    errors = [exc for _, raised in started for exc in raised]
     if errors:
         raise errors[0]
 

@@ -480,7 +480,10 @@ class WorkerTransaction:
         try:
             self.producer.poll(0)
         except (KafkaException, SystemError) as exc:
-            if not client_failed(exc):
+            # a SystemError out of this producer's poll is confluent-kafka serving a fatal error: with it as its
+            # cause (a report callback ran while it was pending), or with none ("returned NULL without setting
+            # an exception", seen from a flush that served the fence)
+            if not client_failed(exc) and not isinstance(exc, SystemError):
                 raise
             self.fenced = True
             log.warning("%s: %s was fenced: %s", self.processor, self.transactional_id, exc.__cause__ or exc)

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import random
 import re
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -33,7 +35,8 @@ from stylus.state.ownership import OwnershipLost
 log = logging.getLogger(__name__)
 
 OFFSETS_TABLE = "stylus_monoid_offsets"
-MAX_ATTEMPTS = 5  # deadlocks between partitions merging overlapping keys are retried
+MAX_ATTEMPTS = 8  # deadlocks between partitions merging overlapping keys are retried
+RETRY_PAUSE = 0.02  # seconds, times the attempt: the bound of the random pause before a retry
 
 _SQL_MERGE: dict[str, str] = {
     "sum": "to_jsonb(t.value::numeric + EXCLUDED.value::numeric)",
@@ -192,6 +195,9 @@ class MonoidTable:
                     raise
                 log.warning("%s: %s on merge, retrying (%d/%d)", self.name, type(exc).__name__, attempt,
                             MAX_ATTEMPTS)
+                # a random pause: retried at once, the same partitions met in the same order again (5 deadlocks
+                # in a row under load), where one of them a little ahead takes all its keys first
+                time.sleep(random.uniform(0, RETRY_PAUSE * attempt))
 
     def _merge_in_sql(self, keys: list[str], deltas: dict[str, Any]) -> None:
         assert self._q_merge_sql is not None

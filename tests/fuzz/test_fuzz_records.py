@@ -141,6 +141,9 @@ def test_arbitrary_headers_survive_the_dead_letter_path(own_bootstrap: str, dlq_
     sink.flush(10)
     [(_, after)] = end_offsets(bootstrap, [(topic, 0)]).values()
     letters = list(read_range(bootstrap, {(topic, 0): (before, after)}, isolation="read_uncommitted"))
+    if is_control(headers):  # a watermark record (header `stylus.watermark`) is never user input, by design
+        assert not letters and engine.control_records == 1
+        return
     assert len(letters) == 1
     got = letters[0].headers() or []
     own = [(_as_sent(name), v) for name, v in headers

@@ -6,7 +6,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 
 .PHONY: install demo test lint typecheck bench clean
 
-install: $(STAMP) .venv/.debs .jars/.installed
+install: $(STAMP) .venv/.debs .jars/.installed .venv/.native
 
 # every extra (Spark, HDFS, PostgreSQL, ...: `pip install stylus` alone brings only the core) at the versions
 # the image pins (docker/*.lock): the same on every machine, whatever the package index has published since
@@ -21,6 +21,12 @@ $(STAMP): pyproject.toml $(LOCKS)
 .venv/.debs: scripts/install-debs.sh scripts/postgres.sh
 	bash scripts/install-debs.sh
 	@mkdir -p .venv && touch .venv/.debs
+
+# the C module that produces a batch's records in one call (stylus/kafka/columnar.py), built against the
+# librdkafka confluent-kafka loads
+.venv/.native: stylus/kafka/_columnar.c scripts/build-native.sh $(STAMP) .venv/.debs
+	bash scripts/build-native.sh $(PY)
+	@touch .venv/.native
 
 # Apache Kafka, the HDFS minicluster and Spark's Kafka source, from Maven Central into .jars/ (jvm/*/pom.xml)
 .jars/.installed: scripts/install-jars.sh $(wildcard jvm/*/pom.xml) .venv/.debs

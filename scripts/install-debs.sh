@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Debian packages the project needs (a JDK for Kafka, HDFS and Spark; Maven to resolve their jars; PostgreSQL
-# for monoid state; Chromium for the status page's screenshots; promtool for the alert rules; kcat, wrk).
+# for monoid state; librdkafka's headers and gcc for stylus/kafka/_columnar.c; Chromium for the status page's screenshots; promtool for the alert rules; kcat, wrk).
 # Idempotent: installs only what is missing, then lets local connections to PostgreSQL in without a password.
 set -euo pipefail
 need=()
@@ -11,6 +11,8 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
+[ -f /usr/include/librdkafka/rdkafka.h ] || need+=(librdkafka-dev)
+command -v gcc >/dev/null 2>&1 || need+=(gcc)
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing Debian packages: ${need[*]}"

@@ -65,6 +65,9 @@ class DirectOutput(NamedTuple):
     hold: list[tuple[Any, ...]] | None = None
     # the producer's message.max.bytes: held items are checked against it as they are held (refuse_oversized)
     max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES
+    # (topic, values, keys, timestamps, start) -> the index of the first record not produced (queue full): a
+    # batch's rows produced in one call (stylus.kafka.columnar.ProduceMany), where the sink offers it
+    produce_many: Callable[..., int] | None = None
 
 
 class Output:

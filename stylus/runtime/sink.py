@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
 from stylus.config.model import Pipeline
 from stylus.core.sink import DEFAULT_MESSAGE_MAX_BYTES, DirectOutput, refuse_oversized
+from stylus.kafka.columnar import many_producer
 from stylus.serde import encoder
 
 #: A held output: the positional arguments of `produce` (topic, value, key, partition, callback, on_delivery,
@@ -106,8 +107,11 @@ class KafkaSink:
     """
 
     def __init__(self, producer: Producer, pipeline: Pipeline, outputs: tuple[str, ...], *, hold: bool,
-                 max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES) -> None:
+                 max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES,
+                 on_delivery: Callable[[KafkaError | None, Message], None] | None = None) -> None:
         self.producer = producer
+        # `on_delivery`: the callback `producer` was configured with; given, a batch's rows go out in one call
+        self.produce_many = many_producer(producer, on_delivery) if on_delivery is not None else None
         self.max_bytes = max_bytes  # the producer's message.max.bytes: held output is checked against it
         self.encoders = {t: encoder(pipeline.topics[t].serde) for t in outputs}
         self.hold = hold  # at-most-once output: always held until its checkpoint is saved
@@ -146,7 +150,8 @@ class KafkaSink:
         if not plain:
             return None
         return DirectOutput(self.encoders, _checked_headers, self.producer.produce, self._produce_item, self,
-                            hold=self.held if self.hold or self.paused else None, max_bytes=self.max_bytes)
+                            hold=self.held if self.hold or self.paused else None, max_bytes=self.max_bytes,
+                            produce_many=self.produce_many)
 
     def _hold(self, item: Pending) -> None:
         """Keep an output for the checkpoint's release, failing its record now if the producer would refuse

@@ -109,9 +109,9 @@ class Worker:
         )
         self.producer_config = producer_config
         self.sink: KafkaSink
-        self.producer = Producer(producer_config | {"on_delivery": lambda err, msg: self.sink.on_delivery(err, msg)})
+        self.producer = Producer(producer_config | {"on_delivery": self._delivered})
         self.sink = KafkaSink(self.producer, pipeline, spec.outputs, hold=self.ordering.holds_output,
-                              max_bytes=message_max_bytes(producer_config))
+                              max_bytes=message_max_bytes(producer_config), on_delivery=self._delivered)
         self.failures = FailurePolicy(spec.on_error, name, pipeline.dlq_topic(name), self.sink)
         self.processor: Processor = import_processor_class(spec.class_)(config=spec.config, name=name)
         remote_state = remote_state_for(pipeline, name, self.processor)  # None: local RocksDB state
@@ -245,6 +245,10 @@ class Worker:
             log.info("%s: inputs consumed and idle for %.1fs; stopping", self.name, self.exit_when_idle)
             return True
         return False
+
+    def _delivered(self, err: KafkaError | None, msg: Any) -> None:
+        """The producer's delivery reports (only failed ones: `delivery.report.only.error`), to the sink."""
+        self.sink.on_delivery(err, msg)
 
     def _drop_if_fenced(self, exc: Exception) -> bool:
         """A fatal error out of the loop (a `produce` refused, most often): if it is the transactional

@@ -259,7 +259,7 @@ class BatchEngine(Engine):
             _release(pending)
             return
         hold = direct.hold
-        produce, retry = direct.produce, direct.retry
+        produce, retry, produce_many = direct.produce, direct.retry, direct.produce_many
         count = 0
         for item in pending:
             if type(item) is not Rows:  # one `ctx.emit`: the positional arguments of `produce`
@@ -277,6 +277,15 @@ class BatchEngine(Engine):
                 hold.extend(item.tuples())
                 continue
             topic = item.topic
+            if produce_many is not None:  # one call for the rows, a retry for a row that met a full queue
+                values, keys, stamps = item.values, item.keys, item.stamps
+                done = 0
+                while done < len(values):
+                    done = produce_many(topic, values, keys, stamps, done)
+                    if done < len(values):
+                        retry((topic, values[done], keys[done], -1, None, None, stamps[done]))
+                        done += 1
+                continue
             for value, key, timestamp in zip(item.values, item.keys, item.stamps, strict=True):
                 try:
                     produce(topic, value, key, -1, None, None, timestamp)

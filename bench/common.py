@@ -22,11 +22,8 @@ class BatchMarks:
         self.started, self.finished = threading.Event(), threading.Event()
         self.first = self.last = 0.0
         self.already = 0  # records of the first batch, processed before the clock started
-        method = "_answer" if isinstance(worker, ExecutableWorker) else "_handle"
-        handle = getattr(worker, method)
 
-        def timed_handle(arg: Any) -> None:
-            handle(arg)
+        def mark() -> None:
             if not self.started.is_set() and worker.processed:
                 self.first, self.already = time.perf_counter(), worker.processed
                 self.started.set()
@@ -34,7 +31,16 @@ class BatchMarks:
                 self.last = time.perf_counter()
                 self.finished.set()
 
-        setattr(worker, method, timed_handle)
+        if isinstance(worker, ExecutableWorker):
+            answer = worker._answer
+
+            def timed_answer(arg: Any) -> None:
+                answer(arg)
+                mark()
+
+            worker._answer = timed_answer  # type: ignore[method-assign]
+        else:
+            worker.on_batch = mark
 
 
 def time_worker(pipeline: Pipeline, processor: str, bootstrap: str, records: int,

@@ -158,15 +158,12 @@ class FirstBatch:
         self.marked = threading.Event()
         self.cpu = self.wall = 0.0
         self.already = 0
-        handle = worker._handle
-
-        def marking(msgs: list[Any]) -> None:
-            handle(msgs)
+        def mark() -> None:
             if not self.marked.is_set() and worker.processed:
                 self.cpu, self.wall, self.already = time.process_time(), time.perf_counter(), worker.processed
                 self.marked.set()
 
-        worker._handle = marking  # type: ignore[method-assign]
+        worker.on_batch = mark
 
 
 def run_query(bootstrap: str, impl: str, query: str, spec: QueryRun, events: dict[Kind, list[Any]], tmp: str

@@ -4,7 +4,7 @@ fire timers. Kafka-free: the runtime hands it consumed messages, backfill hands 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -199,6 +199,9 @@ class EngineContext:
 
 
 class Engine:
+    #: gains from a partition's records given as columns (`process_columns`) rather than as Messages
+    reads_runs = False
+
     def __init__(
         self,
         processor: Processor,
@@ -243,6 +246,16 @@ class Engine:
         if not self._started:
             self._started = True
             self.processor.setup(self.ctx)
+
+    def process_columns(self, topic: str, partition: int, offsets: Sequence[int], keys: Sequence[bytes | None],
+                        values: Sequence[bytes | None], timestamps: Sequence[int], headers: Sequence[Any],
+                        task_for: Callable[[str, int], PartitionTask]) -> int:
+        """One partition's records given as columns, in offset order (`headers`: each record's as
+        `Message.headers()` gives them), processed as `process_messages` processes them."""
+        return self.process_messages(
+            [RawMessage(topic, partition, offset, key, value, timestamp, record_headers)
+             for offset, key, value, timestamp, record_headers in zip(offsets, keys, values, timestamps, headers,
+                                                                      strict=True)], task_for)
 
     def process_messages(self, msgs: Iterable[Any], task_for: Callable[[str, int], PartitionTask]) -> int:
         """Process a batch; advances each task's `next_offset`. Returns the number of records handled."""

@@ -47,9 +47,14 @@ class BatchSizer:
             value, key = msg.value(), msg.key()
             total += OVERHEAD_BYTES + (len(value) if value else 0) + (len(key) if key else 0)
             seen += 1
-        if not seen:
+        if seen:
+            self.observe_total(total, seen)
+
+    def observe_total(self, total_bytes: int, records: int) -> None:
+        """A batch of `records` whose keys, values and per-record overhead come to `total_bytes`."""
+        if records <= 0:
             return
-        mean = total / seen
+        mean = total_bytes / records
         # up at once (a burst of big records must not overshoot), down gradually
         last = self.mean_bytes
         self.mean_bytes = mean if last is None or mean > last else (last + mean) / 2

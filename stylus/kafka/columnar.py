@@ -1,22 +1,27 @@
-"""Producing many records in one call: the C module `_columnar` (stylus/kafka/_columnar.c).
+"""A batch processor's records in and out of confluent-kafka's clients a batch at a time: the C module
+`_columnar` (stylus/kafka/_columnar.c).
 
-A batch processor's outputs are lists of values, keys and timestamps. Produced one `Producer.produce` call
-each, they cost ~450 ns a record of argument parsing and per-message state in confluent-kafka's C module; the
-same librdkafka call made in a C loop costs a fraction of it (BENCHMARKS.md, "The columnar batch path"). The
-records go through the same producer, with the per-message state confluent-kafka's delivery-report callback
-reads, so delivery reports, `poll`, `flush` and transactions treat them as records given to `produce`.
+Per record, confluent-kafka builds a `Message` object that is then read field by field, and its `produce`
+parses its arguments and builds a per-message state: most of what a batch processor's records cost beyond
+librdkafka's own work (docs/batch.md, "What a record costs"). Here both are done in C on the same clients:
+- `many_producer`: a batch's outputs (values, keys, timestamps) produced in one call, with the per-message state
+  confluent-kafka's delivery-report callback reads, so delivery reports, `poll`, `flush` and transactions treat
+  them as records given to `produce`;
+- `PartitionReader`: the records of a consumer's assigned partitions read as lists per partition, with no
+  `Message` per record, while the consumer itself still serves rebalances, commits and errors.
 
 The module rests on two layouts private to confluent-kafka (see the C file), so it is used only when it was
 built for the confluent-kafka installed (pyproject.toml pins one version) and the process holds one librdkafka.
-`make install` builds it (scripts/build-native.sh); where it is missing, records are produced one call each.
+`make install` builds it (scripts/build-native.sh); where it is missing, batch processors read Messages and
+produce one call a record, as before.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import confluent_kafka
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -79,3 +84,66 @@ def many_producer(producer: Producer, on_delivery: Callable[[Any, Any], None] | 
         return int(done)
 
     return produce
+
+
+class PartitionRecords(NamedTuple):
+    """One partition's records of a read, in offset order (`Run.of_columns` takes them as they are)."""
+
+    topic: str
+    partition: int
+    offsets: Sequence[int]  # a range when they follow each other
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    timestamps: list[int]
+    headers: list[list[tuple[str, bytes | None]] | None]  # as Message.headers() gives them
+
+
+class ConsumerEvent(NamedTuple):
+    """What a partition's queue holds besides records: its end reached, or a fetch error."""
+
+    topic: str | None
+    partition: int
+    offset: int
+    error: KafkaError
+
+
+class PartitionReader:
+    """The records of a consumer's assigned partitions, read a batch at a time as lists per partition.
+
+    Each partition is taken off the consumer's queue (`take`) before the consumer is told to assign it (in the
+    rebalance callback); from then on its records, end-of-partition events and fetch errors come through
+    `read`, and the consumer's own `consume`/`poll`, which must still be called, serves the rest: rebalances,
+    commit answers, client errors. An event on the consumer's queue ends a `read` that waits. `close` before
+    the consumer's `close`: a partition still taken keeps the consumer from leaving its group."""
+
+    def __init__(self, consumer: Any) -> None:
+        if _module is None:
+            raise RuntimeError(f"stylus.kafka._columnar is not available: {unavailable}")
+        self._reader = _module.Reader(consumer)
+        self._taken: set[tuple[str, int]] = set()
+
+    @classmethod
+    def for_consumer(cls, consumer: Any) -> PartitionReader | None:
+        """A reader on `consumer`, or None without the C module."""
+        return cls(consumer) if _module is not None else None
+
+    def take(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Read these partitions here (idempotent), before the consumer assigns them."""
+        for topic, partition in partitions:
+            self._reader.forward(topic, partition, True)
+            self._taken.add((topic, partition))
+
+    def read(self, max_records: int, timeout: float) -> tuple[list[PartitionRecords], list[ConsumerEvent], int]:
+        """Up to `max_records` records, waiting up to `timeout` seconds for the first: per partition, the events,
+        and the keys' and values' bytes."""
+        runs, events, size = self._reader.read(max_records, int(timeout * 1000))
+        return ([PartitionRecords(*run) for run in runs],
+                [ConsumerEvent(topic, partition, offset, KafkaError(code, reason))
+                 for topic, partition, offset, code, reason in events], size)
+
+    def close(self) -> None:
+        """Give every partition back and release the queue (idempotent)."""
+        for topic, partition in self._taken:
+            self._reader.forward(topic, partition, False)
+        self._taken.clear()
+        self._reader.close()

@@ -12,6 +12,7 @@ from confluent_kafka import OFFSET_STORED, Consumer, TopicPartition
 
 from stylus.core.task import PartitionTask
 from stylus.kafka.callbacks import subscribe
+from stylus.kafka.columnar import PartitionReader
 from stylus.runtime.checkpointing import Checkpointer
 from stylus.runtime.recovery import PartitionOpener
 from stylus.runtime.transactions import Aborted, Fenced, WorkerTransaction
@@ -38,6 +39,8 @@ class Assignment:
         self.released = released
         # `ctx.table` lookups (stylus/tables/registry.py): caught up before any record of an assigned partition
         self.tables: TableRegistry | None = None
+        # reads the partitions' records as columns (a batch processor's): takes each before it is assigned
+        self.reader: PartitionReader | None = None
         # partitions whose task was dropped (`forget`) while still assigned: until the group assigns them
         # again, records of theirs already fetched must not reach the engine (there is no task for them)
         self.forgotten: set[tuple[str, int]] = set()
@@ -97,6 +100,8 @@ class Assignment:
         if partitions:
             log.info("%s: assigned %s", self.name,
                      ", ".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions))
+        if self.reader is not None:
+            self.reader.take((tp.topic, tp.partition) for tp in partitions)
         if self.cooperative:
             consumer.incremental_assign(partitions)
         else:

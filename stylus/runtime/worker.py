@@ -24,8 +24,9 @@ from stylus.core.engine import StopProcessing
 from stylus.core.engines import engine_for
 from stylus.core.task import PartitionTask
 from stylus.eventtime.driver import WorkerEventTime
-from stylus.kafka.batching import BatchSizer
+from stylus.kafka.batching import OVERHEAD_BYTES, BatchSizer
 from stylus.kafka.callbacks import surfacing
+from stylus.kafka.columnar import PartitionReader
 from stylus.kafka.errors import client_failed
 from stylus.kafka.producer import close_producer
 from stylus.kafka.settings import AT_MOST_ONCE_PRODUCER, client_config
@@ -94,6 +95,8 @@ class Worker:
         self.stats = WorkerStats()  # timings read by stylus.monitoring at scrape time
         self.finished = False
         self._idle_since: float | None = None
+        # called after each round's consumed records are handled (benchmarks time batches by it)
+        self.on_batch: Callable[[], None] | None = None
         consumer_config = client_config("consumer", bootstrap, pipeline, name, self._consumer_defaults())
         self.batches = BatchSizer.for_consumer(spec.batch_size, consumer_config)  # fewer when records are big
         # `--exit-when-idle` with partitions of the inputs held elsewhere waits this long after the last rebalance
@@ -168,6 +171,10 @@ class Worker:
         # `tables:` (docs/tables.md): caught up in the assignment path, then followed from this worker's loop
         self.tables = TableRegistry.for_worker(pipeline, name, bootstrap)
         self.engine.tables = self.assignment.tables = self.tables
+        # a batch processor's records read as columns per partition (stylus/kafka/columnar.py), no Message each
+        self.reader = PartitionReader.for_consumer(self.consumer) if (
+            self.engine.reads_runs and self.engine.dedup is None and self.concurrent is None) else None
+        self.assignment.reader = self.reader
 
     def _consumer_defaults(self) -> dict[str, str]:
         """Exactly-once output rebalances eagerly unless the YAML says otherwise: every partition is revoked,
@@ -208,13 +215,18 @@ class Worker:
     def _step(self) -> bool:
         """One round of the loop: a batch, the work in flight, delivery reports, timers, a checkpoint when due.
         True when the inputs are consumed and idle (`exit_when_idle`)."""
-        if self.concurrent is None:
+        if self.reader is not None:  # the consumer serves its events, the reader returns the records
+            msgs = self.consumer.consume(num_messages=self.batches.size, timeout=0)
+            self._read(self.reader, 0.0 if msgs else 0.1)
+        elif self.concurrent is None:
             msgs = self.consumer.consume(num_messages=self.batches.size, timeout=0.1)
         else:
             msgs = self._consume_concurrently(self.concurrent)
         if msgs:
             self.batches.observe(msgs)
             self._handle(msgs)
+        if self.on_batch is not None:
+            self.on_batch()
         if self.concurrent is not None and self.concurrent.active:  # drive the work in flight, a slice
             self.processed += self.concurrent.run(
                 0.0 if msgs else FULL_WAIT if self.concurrent.full(self.tasks.values()) else SHORT_WAIT)
@@ -298,9 +310,33 @@ class Worker:
                 self.processed += self.concurrent.admit(good, self.assignment.task_for)
             self.stats.batch.observe(time.monotonic() - started)
         for msg in eofs:  # after the records: an EOF followed by newer records in the batch is stale
-            task = self.tasks.get((msg.topic(), msg.partition()))
-            if task is not None and (task.next_offset is None or msg.offset() >= task.next_offset):
-                task.at_eof = True
+            self._reached_end(msg.topic(), msg.partition(), msg.offset())
+
+    def _reached_end(self, topic: str, partition: int, offset: int) -> None:
+        task = self.tasks.get((topic, partition))
+        if task is not None and (task.next_offset is None or offset >= task.next_offset):
+            task.at_eof = True
+
+    def _read(self, reader: PartitionReader, timeout: float) -> None:
+        """`_handle` for records read as columns per partition (a batch processor's `reader`)."""
+        runs, events, size = reader.read(self.batches.size, timeout)
+        forgotten = self.assignment.forgotten
+        if forgotten:  # as in `_handle`
+            runs = [run for run in runs if (run.topic, run.partition) not in forgotten]
+        if runs:
+            records = sum(len(run.values) for run in runs)
+            self.batches.observe_total(size + OVERHEAD_BYTES * records, records)
+            self._idle_since = None
+            started = time.monotonic()
+            task_for = self.assignment.task_for
+            for run in runs:
+                self.processed += self.engine.process_columns(*run, task_for)
+            self.stats.batch.observe(time.monotonic() - started)
+        for event in events:  # after the records, as in `_handle`
+            if event.error.code() == KafkaError._PARTITION_EOF and event.topic is not None:
+                self._reached_end(event.topic, event.partition, event.offset)
+            else:
+                log.warning("%s: consumer error: %s", self.name, event.error)
 
     def _consume_concurrently(self, concurrent: ConcurrentEngine) -> list[Any]:
         """Only as many records as the partitions can take, none while all are full (but for a keepalive); and no
@@ -414,10 +450,14 @@ class Worker:
             if final is not None or not checkpoint:  # failing: nothing more is saved, by the revocation that
                 self.checkpointer.abandon()  # leaving the group brings either
                 self.assignment.abandon()
+            if self.reader is not None:  # the partitions back to the consumer, or it cannot leave its group
+                self.reader.close()
             self.consumer.close()  # leaves the group; revocation callbacks checkpoint what is left
         except Exception:
             log.exception("%s: error while closing", self.name)
         finally:
+            if self.reader is not None:
+                self.reader.close()
             if self.transaction is not None:
                 self.transaction.abort()  # after a final checkpoint the open transaction is empty
             self.assignment.drop(list(self.tasks.values()))

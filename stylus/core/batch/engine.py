@@ -56,6 +56,8 @@ def partition_runs(msgs: list[Any], multi_topic: bool) -> list[tuple[tuple[str, 
 
 
 class BatchEngine(Engine):
+    reads_runs = True  # except with `dedup`, whose filter reads Messages (process_run)
+
     def __init__(self, processor: BatchProcessor, name: str, spec: ProcessorSpec, pipeline: Pipeline, sink: Sink,
                  failures: FailureHandler) -> None:
         super().__init__(processor, name, spec, pipeline, sink, failures)
@@ -86,6 +88,13 @@ class BatchEngine(Engine):
         if dedup is not None:
             count += dedup.batch_dropped
         return count
+
+    def process_columns(self, topic: str, partition: int, offsets: Sequence[int], keys: Sequence[bytes | None],
+                        values: Sequence[bytes | None], timestamps: Sequence[int], headers: Sequence[Any],
+                        task_for: Callable[[str, int], PartitionTask]) -> int:
+        """As `Engine.process_columns`, with no object per record (`Run.of_columns`; lists are taken as they are)."""
+        columns = [column if type(column) is list else list(column) for column in (keys, values, timestamps, headers)]
+        return self.process_run(Run.of_columns(topic, partition, offsets, *columns), task_for)
 
     def process_run(self, run: Run, task_for: Callable[[str, int], PartitionTask]) -> int:
         """One partition's records already read as columns (`Run.of_columns`: an archive's rows), processed as

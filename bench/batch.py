@@ -29,6 +29,9 @@ batch, in that order) and reports the median of the rounds' ratios, each round's
 the same round: on a shared machine the speed drifts between runs far more than within a round. `--pin` runs each
 stream side on a core of its own and the broker on the others (bench/pinning.py): the worker's price per record,
 not the broker's, decides its rate, as where the broker runs elsewhere (the Spark sides, `local[2]`, refuse it).
+`--floor` (filter, totals) adds what the work rests on (FLOORS): confluent-kafka's floor in Python, with and
+without the orjson decode, the batch engine with nothing decoded, and librdkafka alone in C (`c`:
+bench/native/floor.c, compiled with gcc against the librdkafka confluent-kafka loads).
 """
 
 from __future__ import annotations
@@ -70,7 +73,8 @@ from stylus.runtime.gctune import tune_for_streaming  # noqa: E402
 #: `--floor`: the sides that price what the work rests on, and what each is
 FLOORS = {"floor": "the client's floor (no decode, no work)",
           "floor+decode": "the client's floor with each value decoded (orjson, dropped)",
-          "engine": "the batch engine with nothing decoded (raw bytes; the floor's records forwarded)"}
+          "engine": "the batch engine with nothing decoded (raw bytes; the floor's records forwarded)",
+          "c": "librdkafka's own floor, in C (the client's floor with no Python: bench/native/floor.c)"}
 BATCH_SIZE = 2_000  # the worker's default: larger consume() calls wait on the fetcher here (docs/batch.md)
 KEEP_ARRAY = pa.array(sorted(KEEP))
 
@@ -249,7 +253,9 @@ def run_one_side(args: argparse.Namespace, kind: str, which: str, state_dir: str
     result: dict[str, Any] = {}
     if kind in ("filter", "totals"):
         stateful = kind == "totals"
-        if which in ("raw", "floor", "floor+decode"):
+        if which == "c":
+            result.update(native_floor(bootstrap, topic, out, n, kind))
+        elif which in ("raw", "floor", "floor+decode"):
             pipeline = pipeline_for(bootstrap, "bench.throughput:KeepTypes", topic, out, state_dir, stateful=False)
             body = partial(floor_body, decode=which == "floor+decode") if which.startswith("floor") \
                 else raw_totals if stateful else None
@@ -280,11 +286,32 @@ def run_one_side(args: argparse.Namespace, kind: str, which: str, state_dir: str
             result["rate"] = time_worker(pipeline, "p", bootstrap, n)
         else:
             result.update(backfill(pipeline, bootstrap, n, args.archive, state_dir))
-    result["cpu_us"] = (time.process_time() - cpu) / n * 1e6
+    result.setdefault("cpu_us", (time.process_time() - cpu) / n * 1e6)
     result.setdefault("peak_rss_mb", peak_rss_mb())
     result["load"] = os.getloadavg()[0]
     result["cpus"] = sorted({cpu for cpus in thread_cpus(os.getpid()).values() for cpu in cpus})  # every thread's
     return result
+
+
+def native_floor(bootstrap: str, topic: str, out: str, n: int, kind: str) -> dict[str, Any]:
+    """The `c` side: bench/native/floor.c, compiled against the librdkafka confluent-kafka loads, run in this
+    (pinned) process's place. Its rate and CPU per record are its own (its threads included)."""
+    from stylus.kafka.columnar import _librdkafka_files
+
+    libs = sorted(_librdkafka_files())
+    if len(libs) != 1:
+        raise RuntimeError(f"expected confluent-kafka's one librdkafka in this process, found {libs}")
+    with tempfile.TemporaryDirectory(prefix="bench-floor-") as build:
+        binary = Path(build) / "floor"
+        subprocess.run(["gcc", "-O2", "-o", str(binary), str(ROOT / "bench/native/floor.c"), libs[0],
+                        f"-Wl,-rpath,{Path(libs[0]).parent}"], check=True)
+        done = subprocess.run([str(binary), bootstrap, topic, out, str(n), kind], capture_output=True, text=True,
+                              timeout=600, check=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    found: dict[str, Any] = json.loads(lines[-1].removeprefix("RESULT "))
+    if found.pop("failed"):
+        raise RuntimeError(f"the C floor's deliveries failed: {done.stderr[-2000:]}")
+    return found
 
 
 def windows_run(pipeline: Pipeline, bootstrap: str, n: int) -> tuple[float, dict[tuple[str, int], int]]:

@@ -184,8 +184,14 @@ static int Reader_init(Reader *self, PyObject *args, PyObject *kwargs) {
     return 0;
 }
 
-/* Stops waking and forgets the queues; the partitions' queues must no longer forward to ours (Python side). */
+/* Stops waking and forgets the queues; the partitions' queues must no longer forward to ours (Python side).
+ * Once the consumer is closed its librdkafka handle is gone, and the queues with it: nothing is released then. */
 static void Reader_release(Reader *self) {
+    if (self->consumer != NULL && ((ClientHead *)self->consumer)->rk != self->rk) {
+        self->events = NULL;
+        self->queue = NULL;
+        return;
+    }
     if (self->events != NULL) {
         rd_kafka_queue_cb_event_enable(self->events, NULL, NULL);
         rd_kafka_queue_destroy(self->events);

@@ -3,6 +3,7 @@ queue, a refused record, failed deliveries and transactions, as for records give
 
 from __future__ import annotations
 
+import gc
 import time
 import uuid
 from collections.abc import Callable
@@ -284,3 +285,14 @@ def test_an_event_on_the_consumers_queue_ends_a_waiting_read(bootstrap: str,
         assert member.consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset == 0
     finally:
         member.close()
+
+
+def test_a_reader_outliving_its_closed_consumer_is_released_safely(bootstrap: str) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex[:8]}"})
+    reader = PartitionReader(consumer)
+    consumer.close()  # the reader not closed first: its queues go with the consumer
+    with pytest.raises(RuntimeError, match="closed"):
+        reader.read(10, 0.0)
+    reader.close()  # releasing it then neither crashes nor hangs
+    del reader
+    gc.collect()

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Builds stylus/kafka/_columnar (stylus/kafka/columnar.py) for the interpreter given (default .venv/bin/python):
+# Builds stylus/kafka/_columnar (stylus/kafka/columnar.py) for the interpreter given (default .venv/bin/python)
+# into the folder given (default stylus/kafka of this checkout; the image builds it into the installed package):
 # compiled with librdkafka's headers (Debian's librdkafka-dev) and linked to the very librdkafka file that
 # confluent-kafka's own C module loads, so both call one library in the process.
 set -euo pipefail
 PY=${1:-.venv/bin/python}
 cd "$(dirname "$0")/.."
+DIR=${2:-stylus/kafka}
 read -r cimpl version include suffix < <("$PY" - <<'PYTHON'
 import sysconfig
 
@@ -20,7 +22,7 @@ if [ -z "$lib" ] || [ ! -f "$lib" ]; then
   echo "build-native: cannot find the librdkafka that $cimpl loads" >&2
   exit 1
 fi
-out="stylus/kafka/_columnar$suffix"
+out="$DIR/_columnar$suffix"
 gcc -O2 -Wall -Werror -shared -fPIC -I"$include" -DCONFLUENT_KAFKA_VERSION="\"$version\"" \
   -o "$out" stylus/kafka/_columnar.c "$lib" -Wl,-rpath,"$(dirname "$lib")"
 echo "built $out (confluent-kafka $version, $(basename "$lib"))"

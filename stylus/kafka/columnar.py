@@ -12,13 +12,14 @@ librdkafka's own work (docs/batch.md, "What a record costs"). Here both are done
 
 The module rests on two layouts private to confluent-kafka (see the C file), so it is used only when it was
 built for the confluent-kafka installed (pyproject.toml pins one version) and the process holds one librdkafka.
-`make install` builds it (scripts/build-native.sh); where it is missing, batch processors read Messages and
-produce one call a record, as before.
+`make install` builds it (scripts/build-native.sh); where it is missing, or turned off with
+`STYLUS_COLUMNAR=off` in the environment, batch processors read Messages and produce one call a record.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -44,8 +45,18 @@ def _librdkafka_files() -> set[str]:
     return {line.split(maxsplit=5)[-1].strip() for line in maps.read_text().splitlines() if "librdkafka" in line}
 
 
+#: `STYLUS_COLUMNAR`: `on` (the default: used wherever it loads) or `off`
+SWITCH = "STYLUS_COLUMNAR"
+
+
 def _load() -> tuple[Any, str | None]:
     """The C module and None, or None and why it is not used."""
+    switch = os.environ.get(SWITCH, "on").strip().lower()
+    if switch not in ("on", "off"):
+        raise ValueError(f"{SWITCH}={os.environ[SWITCH]!r}: set it to `on` (the default) or `off` (batch processors "
+                         "then read Messages and produce a call a record)")
+    if switch == "off":
+        return None, f"turned off ({SWITCH}=off)"
     try:
         from stylus.kafka import _columnar  # type: ignore[attr-defined]
     except ImportError as exc:

@@ -125,6 +125,16 @@ def test_records_join_the_open_transaction(bootstrap: str, topic_factory: Callab
     assert got == ([b"1", b"2"] if commit else [])
 
 
+def test_the_module_can_be_turned_off_and_a_wrong_switch_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STYLUS_COLUMNAR", "off")
+    assert columnar._load() == (None, "turned off (STYLUS_COLUMNAR=off)")
+    monkeypatch.setenv("STYLUS_COLUMNAR", "maybe")
+    with pytest.raises(ValueError, match="STYLUS_COLUMNAR='maybe': set it to `on`"):
+        columnar._load()
+    monkeypatch.setenv("STYLUS_COLUMNAR", "On")
+    assert columnar._load()[0] is not None
+
+
 def test_a_module_built_for_another_confluent_kafka_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
     assert columnar._load()[0] is not None
     monkeypatch.setattr(columnar._module, "built_for", "0.0.1")

@@ -15,6 +15,7 @@ import pytest
 
 from stylus.config.model import FIGURE8_PAIRS, Pipeline
 from stylus.core.batch.engine import BatchEngine
+from stylus.kafka import columnar
 from stylus.runtime.transactions import ID_HEADER
 from stylus.runtime.worker import Worker
 from stylus.state.kv import RocksKV
@@ -26,6 +27,15 @@ from tests.support.threads import start_thread
 
 PARTITIONS = 3
 PAIRS = list(FIGURE8_PAIRS)
+
+
+@pytest.fixture(params=["columnar", "messages"])
+def client_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How batch processors' records reach the engine: read and produced by the C module (stylus/kafka/
+    columnar.py), or, where it is not available, as confluent-kafka Messages and one `produce` call each."""
+    if request.param == "messages":
+        monkeypatch.setattr(columnar, "_module", None)
+    return str(request.param)
 
 
 def _id(pair: tuple[str, str]) -> str:
@@ -96,13 +106,16 @@ def feed(bootstrap: str, topic: str, n: int, seed: int, poison: frozenset[int] =
 
 @pytest.mark.parametrize("pair", PAIRS, ids=_id)
 def test_running_totals_equal_the_per_record_processor(bootstrap: str, pipeline_factory: PipelineFactory,
-                                                       tmp_path: Path, pair: tuple[str, str]) -> None:
+                                                       tmp_path: Path, pair: tuple[str, str],
+                                                       client_path: str) -> None:
     _, pipeline = two_processors(pipeline_factory, "tests.apps.batch:RunningTotals",
                                  "tests.apps.batch:RunningTotalsPerRecord", pair, batch_size=700)
     pipeline = with_bootstrap(pipeline, bootstrap)
     feed(bootstrap, pipeline.processors["b"].inputs[0], 6000, seed=1)
     batch, _ = run_workers(pipeline, "b", "r")
     assert isinstance(batch.engine, BatchEngine) and batch.engine.batches >= 9  # in batches, not one by one
+    assert (batch.reader is not None) == (client_path == "columnar")
+    assert (batch.sink.produce_many is not None) == (client_path == "columnar")
     got, want = per_key(bootstrap, pipeline.processors["b"].outputs[0]), per_key(
         bootstrap, pipeline.processors["r"].outputs[0])
     assert sum(map(len, want.values())) == 6000
@@ -140,7 +153,8 @@ def test_filter_forwards_the_input_bytes(bootstrap: str, pipeline_factory: Pipel
 
 @pytest.mark.parametrize("pair", PAIRS, ids=_id)
 def test_poison_records_are_dead_lettered_and_the_rest_processed_once(
-        bootstrap: str, pipeline_factory: PipelineFactory, tmp_path: Path, pair: tuple[str, str]) -> None:
+        bootstrap: str, pipeline_factory: PipelineFactory, tmp_path: Path, pair: tuple[str, str],
+        client_path: str) -> None:
     """Each batch holding a poison record fails and is split until the poison records fail alone: they go to
     the dead-letter topic, every other record's output and state write happen once, and the writes the failed
     attempts made are undone (the state holds no poison record's key)."""

@@ -141,3 +141,20 @@ def test_stop_in_a_timer_keeps_it_and_the_later_ones_for_the_next_run() -> None:
     reopened = PartitionStore(task.store.kv)
     assert reopened.timers.pop_due(1000) == [(101, "bad1"), (102, "b")]
     assert reopened.state["fired"] == 1
+
+
+def test_records_given_as_columns_are_processed_as_the_same_messages() -> None:
+    values = [{"id": 0}, {"id": 1, "fail": True}, {"id": 2}]
+    _, by_messages, sink_m, failures_m, task_m = _setup("CountThenFail")
+    by_messages.process_messages(_msgs(values), lambda t, p: task_m)
+    _, by_columns, sink_c, failures_c, task_c = _setup("CountThenFail")
+    raw = [orjson.dumps(v) for v in values]
+    assert by_columns.process_columns("in", 0, range(3), [b"k"] * 3, raw, [1000, 1001, 1002], [None] * 3,
+                                      lambda t, p: task_c) == 3
+    assert [(o.key, o.value, o.timestamp) for o in sink_c.outputs] == \
+        [(o.key, o.value, o.timestamp) for o in sink_m.outputs] and len(sink_c.outputs) == 2
+    assert [(m.offset(), stage) for m, stage, _ in failures_c.calls] == \
+        [(m.offset(), stage) for m, stage, _ in failures_m.calls] == [(1, "process")]
+    assert task_c.state is not None and task_m.state is not None
+    assert task_c.next_offset == task_m.next_offset == 3
+    assert dict(task_c.state.items()) == dict(task_m.state.items()) == {"k": 2, "__total__": 2}

@@ -158,6 +158,7 @@ class FirstBatch:
         self.marked = threading.Event()
         self.cpu = self.wall = 0.0
         self.already = 0
+
         def mark() -> None:
             if not self.marked.is_set() and worker.processed:
                 self.cpu, self.wall, self.already = time.process_time(), time.perf_counter(), worker.processed

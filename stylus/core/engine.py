@@ -200,7 +200,7 @@ class EngineContext:
 
 class Engine:
     #: gains from a partition's records given as columns (`process_columns`) rather than as Messages
-    reads_runs = False
+    takes_columns = False
 
     def __init__(
         self,

@@ -173,7 +173,7 @@ class Worker:
         self.engine.tables = self.assignment.tables = self.tables
         # a batch processor's records read as columns per partition (stylus/kafka/columnar.py), no Message each
         self.reader = PartitionReader.for_consumer(self.consumer) if (
-            self.engine.reads_runs and self.engine.dedup is None and self.concurrent is None) else None
+            self.engine.takes_columns and self.engine.dedup is None and self.concurrent is None) else None
         self.assignment.reader = self.reader
 
     def _consumer_defaults(self) -> dict[str, str]:

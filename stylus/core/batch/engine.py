@@ -56,7 +56,7 @@ def partition_runs(msgs: list[Any], multi_topic: bool) -> list[tuple[tuple[str, 
 
 
 class BatchEngine(Engine):
-    reads_runs = True  # except with `dedup`, whose filter reads Messages (process_run)
+    takes_columns = True  # except with `dedup`, whose filter reads Messages (process_run)
 
     def __init__(self, processor: BatchProcessor, name: str, spec: ProcessorSpec, pipeline: Pipeline, sink: Sink,
                  failures: FailureHandler) -> None:

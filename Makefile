@@ -22,9 +22,9 @@ $(STAMP): pyproject.toml $(LOCKS)
 	bash scripts/install-debs.sh
 	@mkdir -p .venv && touch .venv/.debs
 
-# the C module that produces a batch's records in one call (stylus/kafka/columnar.py), built against the
-# librdkafka confluent-kafka loads
-.venv/.native: stylus/kafka/_columnar.c scripts/build-native.sh $(STAMP) .venv/.debs
+# the C modules of batch processors: reading and producing records (stylus/kafka/columnar.py, built against the
+# librdkafka confluent-kafka loads) and decoding JSON into columns (stylus/core/batch/json_columns.py)
+.venv/.native: stylus/kafka/_columnar.c stylus/core/batch/_json_columns.c scripts/build-native.sh $(STAMP) .venv/.debs
 	bash scripts/build-native.sh $(PY)
 	@touch .venv/.native
 

@@ -456,7 +456,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_columnar", NULL, -1, methods};
+static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_columnar", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__columnar(void) {
     PyObject *cimpl = PyImport_ImportModule("confluent_kafka.cimpl");

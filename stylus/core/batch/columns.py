@@ -7,9 +7,11 @@ is `value.<name>`); otherwise one `value` column. The schema's metadata names th
 (`META`), which `pyarrow` keeps through filter, take, slice and select: `emit_batch` leaves them out of the
 value it encodes.
 
-Decoding is orjson per record, exactly as the per-record engine decodes (the same values, the same records
-refused): measured against pyarrow's and Polars' JSON readers in docs/batch.md, it is no slower on small records
-and never guesses a type (no timestamp inference, no int-to-float widening, no field dropped past a sample).
+JSON values are decoded as the per-record engine decodes them (the same values, the same records refused),
+and never by guessing a type (no timestamp inference, no int-to-float widening, no field dropped past a sample):
+straight into columns in C where the run is plain JSON objects (`json_columns`, with Python objects made by
+orjson only when read: `Decoded`), else by orjson per record. Measured in docs/batch.md against pyarrow's and
+Polars' JSON readers.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 
+from stylus.core.batch import json_columns
 from stylus.core.message import RawMessage
 
 META = b"stylus.meta"
@@ -142,10 +145,46 @@ def is_mask(rows: Any) -> bool:
     return isinstance(rows, (pa.Array, pa.ChunkedArray)) and pa.types.is_boolean(rows.type)
 
 
-def decode_values(values: list[bytes | None], serde: str) -> tuple[list[Any], list[tuple[int, Exception]]]:
+class Decoded(Sequence[Any]):
+    """A run's JSON values decoded into columns in C (`json_columns`: `names`, `arrays`), and into Python objects
+    by orjson only when something reads them by row (a fallback column, `ctx.values`, a late or failing record)."""
+
+    __slots__ = ("_objects", "arrays", "names", "raw")
+
+    def __init__(self, raw: list[bytes | None], names: list[str], arrays: list[pa.Array | None]) -> None:
+        self.raw, self.names, self.arrays = raw, names, arrays
+        self._objects: list[Any] | None = None
+
+    def objects(self) -> list[Any]:
+        if self._objects is None:
+            loads = orjson.loads
+            self._objects = [None if raw is None else loads(raw) for raw in self.raw]
+        return self._objects
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.objects()[i]
+
+
+#: a run's decoded values: a list (orjson's, or another serde's), or columns decoded in C
+Values = list[Any] | Decoded
+
+
+def as_list(decoded: Values) -> list[Any]:
+    return decoded.objects() if isinstance(decoded, Decoded) else decoded
+
+
+def decode_values(values: list[bytes | None], serde: str, fields: Sequence[str] | None = None
+                  ) -> tuple[Values, list[tuple[int, Exception]]]:
     """Each value decoded as the topic's serde decodes it, and the (position, error) of those that fail.
-    One C-level pass when none fails (a value may be null: a tombstone), a careful one otherwise."""
+    JSON objects into the columns of `fields` (None: all) in C when the run allows (`Decoded`); else one C-level
+    pass when none fails (a value may be null: a tombstone), a careful one otherwise."""
     if serde == "json":
+        columns = json_columns.decode(values, fields)
+        if columns is not None:
+            return Decoded(values, *columns), []
         try:
             return list(map(orjson.loads, values)), []  # type: ignore[arg-type]  # None fails: see below
         except (orjson.JSONDecodeError, TypeError):
@@ -211,21 +250,27 @@ def value_fields(values: list[Any], fields: Sequence[str] | None, kinds: set[typ
     return list(seen)
 
 
-def record_batch(run: Run, rows: Sequence[int] | None, decoded: list[Any], serde: str,
+def record_batch(run: Run, rows: Sequence[int] | None, decoded: Values, serde: str,
                  fields: Sequence[str] | None) -> pa.RecordBatch:
     """The RecordBatch of the run's records at `rows` (None: all of them), values as `decoded` holds them."""
     if rows is None:
-        keys, stamps, offsets, headers, values = run.keys, run.timestamps, run.offsets, run.headers, decoded
+        keys, stamps, offsets, headers = run.keys, run.timestamps, run.offsets, run.headers
     else:
         keys = [run.keys[i] for i in rows]
         stamps = [run.timestamps[i] for i in rows]
         offsets = [run.offsets[i] for i in rows]
         headers = [run.headers[i] for i in rows]
-        values = [decoded[i] for i in rows]
     offset_array = pa.array(np.arange(offsets.start, offsets.stop, dtype=np.int64)) if isinstance(offsets, range) \
         else pa.array(offsets, pa.int64())
     arrays = [key_array(keys), pa.array(stamps, pa.int64()), offset_array, headers_array(headers)]
     names = list(META_COLUMNS)
+    if isinstance(decoded, Decoded) and rows is None:  # (some rows may name fewer fields: their objects below)
+        for name, array in zip(decoded.names, decoded.arrays, strict=True):
+            arrays.append(array if array is not None  # else a column the C decoder left to orjson
+                          else to_array([None if v is None else v.get(name) for v in decoded.objects()]))
+            names.append(RENAMED + name if name in META_COLUMNS else name)
+        return pa.RecordBatch.from_arrays(arrays, names=names, metadata={META: _META_VALUE})
+    values = _rows(as_list(decoded), rows)
     kinds = set(map(type, values)) if serde == "json" else None
     columns = value_fields(values, fields, kinds) if kinds is not None else None
     if columns is None:
@@ -239,6 +284,10 @@ def record_batch(run: Run, rows: Sequence[int] | None, decoded: list[Any], serde
                                    else list(map(dict.get, values, repeat(name)))))
             names.append(RENAMED + name if name in META_COLUMNS else name)
     return pa.RecordBatch.from_arrays(arrays, names=names, metadata={META: _META_VALUE})
+
+
+def _rows(items: list[Any], rows: Sequence[int] | None) -> list[Any]:
+    return items if rows is None else [items[i] for i in rows]
 
 
 def meta_columns(schema: pa.Schema) -> frozenset[str]:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from stylus.core.batch.columns import Run, getter, is_mask
+from stylus.core.batch.columns import Run, Values, as_list, getter, is_mask
 from stylus.core.batch.encode import Table, check_sizes, encode_values, int_list, key_bytes, value_columns
 from stylus.core.engine import EngineContext
 from stylus.serde import decoder
@@ -50,7 +50,7 @@ class BatchContext(EngineContext):
         self._run: Run | None = None  # the run whose rows `forward` emits
         self._timers: list[tuple[str, int]] | None = None  # timers set by the batch in progress
         self.event_times: Any = None  # while process_batch runs: its rows' event times (Int64Array)
-        self._decoded: list[Any] | None = None  # the run's decoded values, and the batch's rows among them
+        self._decoded: Values | None = None  # the run's decoded values, and the batch's rows among them
         self._where: Sequence[int] | None = None
 
     @property
@@ -70,6 +70,7 @@ class BatchContext(EngineContext):
         decoded, where = self._decoded, self._where
         if decoded is None or where is None:
             raise RuntimeError("`values` are the rows of the batch in progress: read them in `process_batch`")
+        decoded = as_list(decoded)
         first, last = where[0], where[-1]
         if last - first == len(where) - 1:  # contiguous rows (no late row left out): a slice
             return decoded if first == 0 and last == len(decoded) - 1 else decoded[first:last + 1]

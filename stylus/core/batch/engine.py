@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from stylus.api import BatchProcessor, Record
 from stylus.config.model import Pipeline, ProcessorSpec
-from stylus.core.batch.columns import RENAMED, Run, decode_values, record_batch
+from stylus.core.batch.columns import RENAMED, Run, Values, decode_values, record_batch
 from stylus.core.batch.context import BatchContext, Rows
 from stylus.core.engine import Engine, FailureHandler, StopProcessing, _event_time, _release
 from stylus.core.sink import Sink, refuse_oversized
@@ -142,7 +142,7 @@ class BatchEngine(Engine):
                 run = run.without(control)
         count = 0
         if len(run):
-            decoded, failed = decode_values(run.values, self.serdes[topic])
+            decoded, failed = decode_values(run.values, self.serdes[topic], self.fields)
             start = 0
             for i, exc in [*failed, (len(run), None)]:  # records that do not decode split the run
                 if i > start:
@@ -154,7 +154,7 @@ class BatchEngine(Engine):
         task.next_offset = end
         return count
 
-    def _segment(self, task: PartitionTask, topic: str, run: Run, decoded: list[Any], lo: int, hi: int) -> int:
+    def _segment(self, task: PartitionTask, topic: str, run: Run, decoded: Values, lo: int, hi: int) -> int:
         """Records lo..hi of the run, all decoded: the batch, event time and late rows, then `process_batch`."""
         rows: range | None = None if lo == 0 and hi == len(run) else range(lo, hi)
         batch = record_batch(run, rows, decoded, self.serdes[topic], self.fields)
@@ -181,7 +181,7 @@ class BatchEngine(Engine):
         self.ctx._run, self.ctx._decoded = run, decoded
         return handled + self._attempt(task, run, batch, where, event_times)
 
-    def _event_times(self, run: Run, batch: pa.RecordBatch, decoded: list[Any], where: Sequence[int]) -> np.ndarray:
+    def _event_times(self, run: Run, batch: pa.RecordBatch, decoded: Values, where: Sequence[int]) -> np.ndarray:
         """Each row's event time, as the per-record engine takes it (`event_time.field`, else the record
         timestamp): from the field's column when it holds integers only, else record by record."""
         field = self.event_field
@@ -204,7 +204,7 @@ class BatchEngine(Engine):
             sketch.add_many(np.where(times > before, 0, before - times).tolist())
         task.max_event_time = max(high, int(times.max()))
 
-    def _late(self, run: Run, decoded: list[Any], i: int, event_time: int, mark: int) -> bool:
+    def _late(self, run: Run, decoded: Values, i: int, event_time: int, mark: int) -> bool:
         """The late policy for one record behind the watermark: True when it must not be processed."""
         key = run.keys[i]
         text = None if key is None else key.decode("utf-8", "surrogateescape")

@@ -104,12 +104,10 @@ class TotalsBatch(BatchProcessor):
     def process_batch(self, batch: Any, ctx: Any) -> None:
         keys = batch.column("key")
         groups = Groups(keys)
-        before = ctx.state.get_many(groups.names, default=(0, 0.0))  # [count, sum] per key
-        counts_before, sums_before = zip(*before, strict=True)
-        counts = groups.running_count(np.array(counts_before, dtype=np.int64))
-        sums = groups.running_sum(batch.column("v"), np.array(sums_before, dtype=np.float64))
-        ctx.state.set_many(dict(zip(groups.names, zip(groups.last(counts), groups.last(sums), strict=True),
-                                    strict=True)))  # [count, sum] (a tuple is a JSON array)
+        counts_before, sums_before = ctx.state.get_columns(groups.names, default=(0, 0.0))  # of [count, sum]
+        counts = groups.running_count(counts_before)
+        sums = groups.running_sum(batch.column("v"), sums_before)
+        ctx.state.set_columns(groups.names, groups.last(counts), groups.last(sums))
         ctx.emit_batch(pa.table({"key": keys, "count": counts, "sum": sums}), key="key",
                        timestamp=batch.column("timestamp"))
 

@@ -44,11 +44,10 @@ class RunningTotals(BatchProcessor):
 
     def process_batch(self, batch: Any, ctx: Any) -> None:
         groups = Groups(batch.column("key"))
-        before = ctx.state.get_many(groups.names)  # [count, sum] per key, or None
-        counts = groups.running_count(np.array([b[0] if b else 0 for b in before], dtype=np.int64))
-        sums = groups.running_sum(batch.column("n"), np.array([b[1] if b else 0 for b in before], dtype=np.int64))
-        ctx.state.set_many(dict(zip(groups.names, zip(groups.last(counts), groups.last(sums), strict=True),
-                                    strict=True)))  # [count, sum] (a tuple is a JSON array)
+        counts_before, sums_before = ctx.state.get_columns(groups.names, default=(0, 0))  # of [count, sum]
+        counts = groups.running_count(counts_before)
+        sums = groups.running_sum(batch.column("n"), sums_before)
+        ctx.state.set_columns(groups.names, groups.last(counts), groups.last(sums))
         ctx.emit_batch(pa.table({"key": batch.column("key"), "count": counts, "sum": sums}), key="key",
                        timestamp=batch.column("timestamp"))
 

@@ -143,20 +143,28 @@ def test_a_column_of_mixed_kinds_is_left_to_orjson() -> None:
     assert names == ["a", "b"] and arrays[0] is None and arrays[1] is not None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(st.lists(st.from_regex(NUMBER), min_size=1, max_size=20))
 @example(["0.1", "2.2250738585072011e-308", "4.9e-324", "1.7976931348623157e308", "-0.0", "9007199254740993.0"])
 @example(["9223372036854775807", "-9223372036854775808", "-0", "0"])
+@example(["9007199254740992.0", "9007199254740993.0", "1e22", "1e23", "0.000000000000000000000001", "1.0e-22",
+          "123456789012345678901234.5", "1.00000000000000000000001", "0.30000000000000004", "1e308", "9.9e307"])
+@example(["1e309"])
+@example(["999999999999999999999e288"])
 def test_numbers_are_read_to_the_bit_as_orjson_reads_them(numbers: list[str]) -> None:
+    """Read (a column of them) and passed over (another field's): the same numbers taken or refused."""
     raws: list[bytes | None] = [b'{"v": %s}' % n.encode() for n in numbers]
     taken = json_columns.decode(raws, ("v",))
+    passed_over = json_columns.decode(raws, ("w",))
+    beyond_int64 = any(n.lstrip("-").isdigit() and not -2**63 <= int(n) < 2**63 for n in numbers)
     try:
         expected = [orjson.loads(raw)["v"] for raw in raws if raw is not None]
     except orjson.JSONDecodeError:
-        assert taken is None
+        assert taken is None and passed_over is None
         return
+    assert (passed_over is None) == beyond_int64
     if taken is None:  # an integer beyond int64 (orjson: a larger int, or a float): not vouched for
-        assert any(n.lstrip("-").isdigit() and not -2**63 <= int(n) < 2**63 for n in numbers)
+        assert beyond_int64
         return
     (array,) = taken[1]
     if len({type(v) for v in expected}) > 1:

@@ -144,3 +144,36 @@ def test_rolled_back_and_discarded_writes_read_as_saved(make_kv) -> None:
     store.state["b"] = 5
     store.state.discard_changes()  # the worker then drops the partition: reads go to the KV again
     assert (store.state["a"], store.state["b"]) == (1, 1) and not store.dirty
+
+
+def test_state_read_and_written_as_columns(make_kv) -> None:
+    """`get_columns` is `get_many` transposed (saved, unsaved and absent keys alike); `set_columns` writes the
+    rows back, journaled, and they are saved as lists."""
+    import numpy as np
+
+    store = PartitionStore(make_kv())
+    store.state["a"] = [1, 0.5]
+    store.save(1)
+    store.state["b"] = [2, 2]
+    state = store.state
+    counts, sums = state.get_columns(["b", "zz", "a"], (0, 0.0))
+    assert counts.dtype == np.int64 and counts.tolist() == [2, 0, 1]
+    assert sums.dtype == np.float64 and sums.tolist() == [2.0, 0.0, 0.5]
+    (names,) = state.get_columns(["a", "b"], ("",))  # not numbers: a list
+    assert isinstance(names, list)
+    empty, _ = state.get_columns([], (0, 0.0))
+    assert empty.dtype == np.int64 and len(empty) == 0
+    state.journal()  # writes from here on can be rolled back
+    state.set_columns(["a", "c"], np.array([3, 4]), [1.5, None])
+    assert state.get_many(["a", "c"]) == [(3, 1.5), (4, None)] and type(state["a"][0]) is int
+    state.rollback()
+    assert state.get_many(["a", "c"]) == [[1, 0.5], None]
+    with pytest.raises(ValueError, match="2 keys but columns of"):
+        state.set_columns(["a", "c"], [1])
+    state["bad"] = 7
+    with pytest.raises(ValueError, match=r"state\['bad'\] is 7, not a list of 2"):
+        state.get_columns(["a", "bad"], (0, 0))
+    state.set_columns(["a"], [9], [9.5])
+    store.save(2)
+    store.close()
+    assert PartitionStore(make_kv()).state.get_many(["a", "b"]) == [[9, 9.5], [2, 2]]

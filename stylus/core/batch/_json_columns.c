@@ -216,56 +216,95 @@ static int read_string(Decoder *d, Buf *out) {
     }
 }
 
-/* A number: K_INT with *i (int64), or K_FLOAT with *x (finite double). */
+static const double POW10[] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+                                1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* A number: K_INT with *i (int64), or K_FLOAT with *x (finite double; with x NULL the float is only checked:
+ * orjson refuses one that is infinite as a double). */
 static int read_number(Decoder *d, int *kind, int64_t *i, double *x) {
     const unsigned char *start = d->p, *p = d->p, *end = d->end;
-    int negative = 0, is_float = 0;
+    int negative = 0, is_float = 0, digits = 0, truncated = 0;
+    long scale = 0;      /* the value is mantissa * 10^scale */
+    uint64_t mantissa = 0;  /* the first 19 significant digits */
     if (p < end && *p == '-') {
         negative = 1;
         p++;
     }
     if (p >= end)
         return FAIL;
-    const unsigned char *digits = p;
+    const unsigned char *integer = p;
     if (*p == '0')
         p++;
     else if (*p >= '1' && *p <= '9')
-        while (p < end && *p >= '0' && *p <= '9')
-            p++;
+        for (; p < end && *p >= '0' && *p <= '9'; p++) {
+            if (digits < 19) {
+                mantissa = mantissa * 10 + (uint64_t)(*p - '0');
+                digits++;
+            } else {
+                truncated |= *p != '0';
+                scale++;
+            }
+        }
     else
         return FAIL;
-    const unsigned char *digits_end = p;
+    size_t integer_digits = p - integer;
     if (p < end && *p == '.') {
         p++;
         if (p >= end || *p < '0' || *p > '9')
             return FAIL;
-        while (p < end && *p >= '0' && *p <= '9')
-            p++;
+        for (; p < end && *p >= '0' && *p <= '9'; p++) {
+            if (mantissa == 0 && *p == '0') {
+                scale--;  /* a leading zero */
+            } else if (digits < 19) {
+                mantissa = mantissa * 10 + (uint64_t)(*p - '0');
+                digits++;
+                scale--;
+            } else {
+                truncated |= *p != '0';
+            }
+        }
         is_float = 1;
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
         p++;
+        int minus = 0;
         if (p < end && (*p == '+' || *p == '-'))
-            p++;
+            minus = *p++ == '-';
         if (p >= end || *p < '0' || *p > '9')
             return FAIL;
-        while (p < end && *p >= '0' && *p <= '9')
-            p++;
+        long exponent = 0;
+        for (; p < end && *p >= '0' && *p <= '9'; p++)
+            if (exponent < 100000)
+                exponent = exponent * 10 + (*p - '0');
+        scale += minus ? -exponent : exponent;
         is_float = 1;
     }
     d->p = p;
     if (!is_float) {
-        if (digits_end - digits > 19)
+        if (integer_digits > 19)
             return FAIL;
-        uint64_t v = 0;
-        for (const unsigned char *q = digits; q < digits_end; q++)
-            v = v * 10 + (uint64_t)(*q - '0');  /* 19 digits cannot overflow uint64 */
-        if (negative ? v > (uint64_t)INT64_MAX + 1 : v > (uint64_t)INT64_MAX)
+        if (negative ? mantissa > (uint64_t)INT64_MAX + 1 : mantissa > (uint64_t)INT64_MAX)
             return FAIL;  /* orjson gives a larger int or a float: not vouched for */
-        *i = negative ? (int64_t)(0 - v) : (int64_t)v;
+        *i = negative ? (int64_t)(0 - mantissa) : (int64_t)mantissa;
         *kind = K_INT;
         return 0;
     }
+    *kind = K_FLOAT;
+    if (mantissa == 0) {
+        if (x != NULL)
+            *x = negative ? -0.0 : 0.0;
+        return 0;
+    }
+    if (!truncated && mantissa <= (1ULL << 53) && scale >= -22 && scale <= 22) {
+        /* both operands exact, so one IEEE operation rounds correctly (Clinger's fast path) */
+        if (x != NULL) {
+            double v = scale < 0 ? (double)mantissa / POW10[-scale] : (double)mantissa * POW10[scale];
+            *x = negative ? -v : v;
+        }
+        return 0;
+    }
+    if (x == NULL && digits + scale <= 308)
+        return 0;  /* below 10^308: finite */
     size_t n = p - start;
     if (n >= MAX_NUMBER)
         return FAIL;
@@ -276,8 +315,8 @@ static int read_number(Decoder *d, int *kind, int64_t *i, double *x) {
     double v = strtod_l(text, &stop, d->c_locale);  /* correctly rounded, as orjson */
     if (stop != text + n || !isfinite(v))
         return FAIL;
-    *x = v;
-    *kind = K_FLOAT;
+    if (x != NULL)
+        *x = v;
     return 0;
 }
 
@@ -299,7 +338,6 @@ static int skip_value(Decoder *d, int depth) {
         return FAIL;
     int rc, kind;
     int64_t i;
-    double x;
     switch (*d->p) {
     case '"':
         d->p++;
@@ -363,7 +401,7 @@ static int skip_value(Decoder *d, int depth) {
             d->p++;
         }
     default:
-        return read_number(d, &kind, &i, &x);
+        return read_number(d, &kind, &i, NULL);
     }
 }
 
@@ -388,15 +426,18 @@ static int column_init(Column *c, Py_ssize_t rows) {
     return 0;
 }
 
+static inline int named(const Column *c, const char *name, size_t n) {
+    return c->name.len == n && (n == 0 || memcmp(c->name.p, name, n) == 0);
+}
+
 static Column *find_column(Decoder *d, const char *name, size_t n) {
-    for (int k = 0; k < d->count; k++) {
-        int j = (d->hint + k) % d->count;  /* fields tend to come in the same order each row */
-        Column *c = &d->columns[j];
-        if (c->name.len == n && memcmp(c->name.p, name, n) == 0) {
-            d->hint = (j + 1) % d->count;
-            return c;
+    if (d->hint < d->count && named(&d->columns[d->hint], name, n))  /* fields tend to come in one order */
+        return &d->columns[d->hint++];
+    for (int j = 0; j < d->count; j++)
+        if (named(&d->columns[j], name, n)) {
+            d->hint = j + 1;
+            return &d->columns[j];
         }
-    }
     return NULL;
 }
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import heapq
 import struct
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol
@@ -147,10 +147,13 @@ class StateMap(MutableMapping[str, Any]):
         """The values of `keys`, in order (`default` for an absent one): unsaved and cached values from memory,
         the rest in one multi-get from the KV. A batch processor reads every key its batch touches so."""
         dirty, values = self._dirty, self._values
-        # unsaved, else cached: both looked up in C, in one pass (a pass over `dirty` alone misses the keys not
-        # written since the last checkpoint, and then costs a second pass)
-        out = list(map(dirty.get, keys, map(values.get, keys, repeat(_MISSING)))) if dirty \
-            else list(map(values.get, keys, repeat(_MISSING)))
+        # unsaved, else cached, each pass in C: a key of a running aggregate was mostly written since the last
+        # checkpoint, so one lookup finds it; the others are looked up in the cache
+        out = list(map(dirty.get, keys, repeat(_MISSING))) if dirty else list(map(values.get, keys, repeat(_MISSING)))
+        if dirty and _MISSING in out:
+            unsaved = [i for i, value in enumerate(out) if value is _MISSING]
+            for i, value in zip(unsaved, map(values.get, [keys[i] for i in unsaved], repeat(_MISSING)), strict=True):
+                out[i] = value
         if _MISSING in out:
             load = [i for i, value in enumerate(out) if value is _MISSING]
             names = [keys[i] for i in load]
@@ -191,23 +194,27 @@ class StateMap(MutableMapping[str, Any]):
         if any(len(column) != len(keys) for column in columns):
             raise ValueError(f"set_columns: {len(keys):,} keys but columns of {[len(c) for c in columns]} values")
         lists = [column.tolist() if isinstance(column, np.ndarray) else column for column in columns]
-        self.set_many(dict(zip(keys, zip(*lists, strict=True), strict=True)))
+        self._put_many(keys, zip(keys, zip(*lists, strict=True), strict=True))
 
     def set_many(self, mapping: Mapping[str, Any]) -> None:
         """`state[key] = value` for every item, in one call. Journaled as one entry (the keys and their unsaved
         values before), which `rollback` undoes as it undoes single writes."""
+        self._put_many(mapping, mapping)
+
+    def _put_many(self, keys: Iterable[str], items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
+        """Writes `items` (a mapping, or (key, value) pairs of `keys`) in one `dict.update`, journaled."""
         try:  # every key a str: joined in C, no per-key call
-            "".join(mapping)
+            "".join(keys)
         except TypeError:
-            for key in mapping:
+            for key in keys:
                 if not isinstance(key, str):
                     raise key_type_error(key) from None
         dirty = self._dirty
         undo = self._undo
         if undo is not None:
-            keys = list(mapping)
-            undo.append((_BULK, (keys, list(map(dirty.get, keys, repeat(_MISSING))))))
-        dirty.update(mapping)
+            names = list(keys)
+            undo.append((_BULK, (names, list(map(dirty.get, names, repeat(_MISSING))))))
+        dirty.update(items)
 
     def __setitem__(self, key: str, value: Any) -> None:
         if type(key) is not str and not isinstance(key, str):

@@ -19,6 +19,7 @@ from stylus import BatchProcessor
 from stylus.config import parse_pipeline
 from stylus.config.model import Pipeline
 from stylus.core import CollectingSink, Engine, PartitionTask, RawMessage
+from stylus.core.batch import json_columns
 from stylus.core.batch.columns import Run
 from stylus.core.batch.engine import BatchEngine
 from stylus.core.engines import engine_for
@@ -123,8 +124,13 @@ def test_fields_narrow_the_decoded_columns() -> None:
     assert processor.batches[0].column_names[4:] == ["b", "missing"]
 
 
-@pytest.mark.parametrize("copies", [1, 300])  # a small table goes through orjson, a big one through Polars
-def test_emit_batch_encodes_as_orjson_does(copies: int) -> None:
+@pytest.mark.parametrize(("encoder", "copies"), [("c", 1), ("c", 300), ("orjson", 1), ("polars", 300)])
+def test_emit_batch_encodes_as_orjson_does(encoder: str, copies: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In C (`json_columns`), or without it: a small table through orjson, a big one through Polars."""
+    if encoder == "c" and not json_columns.available():
+        pytest.skip("`make install` builds the C encoder")
+    if encoder != "c":
+        monkeypatch.setattr(json_columns, "_json_columns", None)
     rows = {"i": [1, -2**62, 0], "f": [0.1, 1e20, -0.0], "s": ["a\"\\\n", "ü\u2028\x01", ""],
             "b": [True, None, False], "l": [[1, 2], None, []], "st": [{"x": 1}, {"x": None}, None]}
     rows = {name: column * copies for name, column in rows.items()}

@@ -172,3 +172,63 @@ def test_numbers_are_read_to_the_bit_as_orjson_reads_them(numbers: list[str]) ->
         return
     assert array is not None
     assert orjson.dumps(array.to_pylist()) == orjson.dumps(expected)
+
+
+ARROW_TYPES = {
+    "int64": (pa.int64(), st.integers(-2**63, 2**63 - 1)),
+    "float64": (pa.float64(), st.floats(allow_nan=True, allow_infinity=True)),
+    "string": (pa.string(), st.text()),
+    "bool": (pa.bool_(), st.booleans()),
+    "int8": (pa.int8(), st.integers(-128, 127)),
+    "uint64": (pa.uint64(), st.integers(0, 2**64 - 1)),
+    "float32": (pa.float32(), st.floats(width=32)),
+    "list": (pa.list_(pa.int64()), st.lists(st.integers(-5, 5), max_size=3)),
+    "struct": (pa.struct([("a", pa.string()), ("b", pa.float64())]),
+               st.fixed_dictionaries({"a": st.none() | st.text(max_size=3), "b": st.none() | st.floats()})),
+    "large_string": (pa.large_string(), st.text(max_size=5)),
+    "dictionary": (pa.dictionary(pa.int32(), pa.string()), st.sampled_from(["x", "y\n"])),
+}
+
+
+@st.composite
+def tables(draw: st.DrawFn) -> pa.Table:
+    """A table of a few columns of the types a batch holds (some with nulls), sliced or not."""
+    rows = draw(st.integers(0, 8))
+    names = draw(st.lists(st.text(max_size=4), min_size=0, max_size=4, unique=True))
+    columns = {}
+    for name in names:
+        kind = draw(st.sampled_from([*ARROW_TYPES, "null"]))
+        if kind == "null":
+            columns[name] = pa.nulls(rows)
+            continue
+        type_, items = ARROW_TYPES[kind]
+        values = draw(st.lists(st.none() | items if draw(st.booleans()) else items, min_size=rows, max_size=rows))
+        columns[name] = pa.array(values, type_)
+    table = pa.table(columns) if columns else pa.table({"x": pa.nulls(rows)}).drop_columns(["x"])
+    cut = draw(st.integers(0, rows))
+    return table.slice(cut) if draw(st.booleans()) else table
+
+
+@settings(max_examples=400, deadline=None)
+@given(tables())
+@example(pa.table({"s": pa.array(["".join(map(chr, range(0x21))), "\x7f/\\\"é\u2028\U0001F600"]),
+                   "f": pa.array([5e-324, -0.0]), "i": pa.array([-2**63, 2**63 - 1])}))
+def test_rows_are_written_byte_for_byte_as_orjson_writes_them(table: pa.Table) -> None:
+    columns = [column.combine_chunks() for column in table.columns]
+    encoded = json_columns.encode(columns, table.column_names, table.num_rows)
+    assert encoded is not None
+    values, total = encoded
+    expected = [orjson.dumps(row, option=orjson.OPT_NON_STR_KEYS) for row in table.to_pylist()]
+    assert values == expected and total == sum(map(len, expected))
+
+
+def test_a_column_orjson_cannot_write_is_left_to_the_caller() -> None:
+    column = pa.array([1, 2], pa.decimal128(5, 2))  # orjson writes no Decimal: Polars or an error decides
+    assert json_columns.encode([column], ["d"], 2) is None
+
+
+def test_buffers_shorter_than_the_rows_are_refused() -> None:
+    with pytest.raises(ValueError, match="fewer than 5 rows"):
+        json_columns._json_columns.encode([b'"i"'], [("int64", None, pa.py_buffer(b"\0" * 16), 0)], 5)
+    with pytest.raises(ValueError, match="not a JSON array of 3 values"):
+        json_columns._json_columns.encode([b'"t"'], [("text", b"[1,2]")], 3)

@@ -1,4 +1,4 @@
-/* JSON objects decoded straight into Arrow column buffers, with no Python object per record
+/* JSON objects to and from Arrow columns, with no Python object per record or field
  * (stylus/core/batch/json_columns.py).
  *
  * `decode(values, fields)`: `values` a list of `bytes` (or None, a tombstone), each a JSON object; `fields` a
@@ -10,7 +10,13 @@
  * doubts): the caller then decodes the list with orjson, which accepts, refuses and reports exactly as always.
  *
  * So this module never decides that a document is valid unless it is sure orjson accepts it, and never builds a
- * value other than the one orjson builds (tests/core/batch/test_json_columns.py checks both against orjson).
+ * value other than the one orjson builds (tests/core/test_json_columns.py checks both against orjson).
+ *
+ * `encode(names, columns, rows)`: each row's JSON object, as orjson writes the row's dict, and their total size. `names` the fields'
+ * JSON texts (orjson's), `columns` one spec a field: `("int64" | "bool", validity, data, offset)` and
+ * `("string", validity, offsets, data, offset)` read from Arrow buffers (validity None: no null; offset: the
+ * array's first row in them), `("text", json)` a JSON array of the column's values written by orjson (the caller
+ * renders every other type so), `("null",)`.
  */
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
@@ -46,10 +52,17 @@ static int buf_grow(Buf *b, size_t extra) {
     return 0;
 }
 
-static int buf_put(Buf *b, const void *src, size_t n) {
-    if (buf_grow(b, n) < 0)
+static inline int buf_put(Buf *b, const void *src, size_t n) {
+    if (b->len + n > b->cap && buf_grow(b, n) < 0)
         return -1;
-    memcpy(b->p + b->len, src, n);
+    char *w = b->p + b->len;
+    if (n <= 16) {  /* a field's name, a number: shorter than a call to memcpy is worth */
+        const char *r = src;
+        for (size_t k = 0; k < n; k++)
+            w[k] = r[k];
+    } else {
+        memcpy(w, src, n);
+    }
     b->len += n;
     return 0;
 }
@@ -742,8 +755,285 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     return Py_BuildValue("(NN)", names, columns);
 }
 
+/* ---------------------------------------------------------------- encoding */
+
+typedef struct {
+    int kind;  /* 0 int64, 1 bool, 2 string, 3 text, 4 null */
+    Py_buffer validity, data, offsets;
+    Py_ssize_t offset;
+    const char **starts;  /* text: each element's span */
+    Py_ssize_t *lengths;
+} Source;
+
+static inline int bit(const unsigned char *bits, Py_ssize_t i) {
+    return (bits[i >> 3] >> (i & 7)) & 1;
+}
+
+static int put_int(Buf *out, int64_t v) {
+    char text[24];
+    int n = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do {
+        text[23 - n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        text[23 - n++] = '-';
+    return buf_put(out, text + 24 - n, n);
+}
+
+/* A string as orjson writes it: `"` and `\` escaped, control characters as \b \t \n \f \r or \u00xx. */
+static int put_string(Buf *out, const unsigned char *p, size_t n) {
+    static const char hex[] = "0123456789abcdef";
+    if (buf_grow(out, 6 * n + 2) < 0)
+        return NOMEM;
+    char *w = out->p + out->len;
+    *w++ = '"';
+    for (size_t k = 0; k < n; k++) {
+        unsigned char c = p[k];
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            *w++ = (char)c;
+            continue;
+        }
+        *w++ = '\\';
+        switch (c) {
+        case '"': *w++ = '"'; break;
+        case '\\': *w++ = '\\'; break;
+        case '\b': *w++ = 'b'; break;
+        case '\t': *w++ = 't'; break;
+        case '\n': *w++ = 'n'; break;
+        case '\f': *w++ = 'f'; break;
+        case '\r': *w++ = 'r'; break;
+        default:
+            *w++ = 'u';
+            *w++ = '0';
+            *w++ = '0';
+            *w++ = hex[c >> 4];
+            *w++ = hex[c & 15];
+        }
+    }
+    *w++ = '"';
+    out->len = w - out->p;
+    return 0;
+}
+
+/* The spans of a JSON array's `rows` elements (orjson's text: no space between tokens). */
+static int split_array(const char *text, Py_ssize_t size, Py_ssize_t rows, const char **starts, Py_ssize_t *lengths) {
+    const char *p = text, *end = text + size;
+    if (size < 2 || *p != '[' || end[-1] != ']')
+        return FAIL;
+    p++;
+    end--;
+    Py_ssize_t row = 0;
+    while (p < end) {
+        const char *start = p;
+        int depth = 0;
+        for (; p < end; p++) {
+            char c = *p;
+            if (c == '"') {
+                for (p++; p < end && *p != '"'; p++)
+                    if (*p == '\\')
+                        p++;
+            } else if (c == '[' || c == '{') {
+                depth++;
+            } else if (c == ']' || c == '}') {
+                depth--;
+            } else if (c == ',' && depth == 0) {
+                break;
+            }
+        }
+        if (row >= rows)
+            return FAIL;
+        starts[row] = start;
+        lengths[row++] = p - start;
+        p++;  /* past the comma */
+    }
+    return row == rows ? 0 : FAIL;
+}
+
+static void release_sources(Source *sources, Py_ssize_t count) {
+    for (Py_ssize_t k = 0; k < count; k++) {
+        Source *s = &sources[k];
+        if (s->validity.obj)
+            PyBuffer_Release(&s->validity);
+        if (s->data.obj)
+            PyBuffer_Release(&s->data);
+        if (s->offsets.obj)
+            PyBuffer_Release(&s->offsets);
+        free(s->starts);
+        free(s->lengths);
+    }
+    free(sources);
+}
+
+static int take_buffer(PyObject *obj, Py_buffer *view) {
+    if (obj == Py_None)
+        return 0;
+    return PyObject_GetBuffer(obj, view, PyBUF_SIMPLE);
+}
+
+/* The spec of one column (see the top of this file), checked against `rows`. */
+static int open_source(PyObject *spec, Py_ssize_t rows, Source *s) {
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) < 1 || !PyUnicode_Check(PyTuple_GET_ITEM(spec, 0))) {
+        PyErr_SetString(PyExc_TypeError, "encode: a column is a tuple (kind, ...)");
+        return -1;
+    }
+    const char *kind = PyUnicode_AsUTF8(PyTuple_GET_ITEM(spec, 0));
+    Py_ssize_t n = PyTuple_GET_SIZE(spec);
+    if (kind == NULL)
+        return -1;
+    if (strcmp(kind, "null") == 0) {
+        s->kind = 4;
+        return 0;
+    }
+    if (strcmp(kind, "text") == 0) {
+        PyObject *text = n == 2 ? PyTuple_GET_ITEM(spec, 1) : NULL;
+        if (text == NULL || !PyBytes_Check(text)) {
+            PyErr_SetString(PyExc_TypeError, "encode: (\"text\", bytes)");
+            return -1;
+        }
+        s->kind = 3;
+        s->starts = malloc(sizeof(char *) * (rows ? rows : 1));
+        s->lengths = malloc(sizeof(Py_ssize_t) * (rows ? rows : 1));
+        if (s->starts == NULL || s->lengths == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (split_array(PyBytes_AS_STRING(text), PyBytes_GET_SIZE(text), rows, s->starts, s->lengths) < 0) {
+            PyErr_Format(PyExc_ValueError, "encode: a text column is not a JSON array of %zd values", rows);
+            return -1;
+        }
+        return 0;
+    }
+    int is_string = strcmp(kind, "string") == 0;
+    s->kind = strcmp(kind, "int64") == 0 ? 0 : strcmp(kind, "bool") == 0 ? 1 : is_string ? 2 : -1;
+    if (s->kind < 0 || n != (is_string ? 5 : 4)) {
+        PyErr_Format(PyExc_ValueError, "encode: no column kind %s of %zd items", kind, n);
+        return -1;
+    }
+    s->offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(spec, n - 1));
+    if (s->offset < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "encode: a negative offset");
+        return -1;
+    }
+    if (take_buffer(PyTuple_GET_ITEM(spec, 1), &s->validity) < 0
+        || take_buffer(PyTuple_GET_ITEM(spec, is_string ? 3 : 2), &s->data) < 0
+        || (is_string && take_buffer(PyTuple_GET_ITEM(spec, 2), &s->offsets) < 0))
+        return -1;
+    Py_ssize_t last = s->offset + rows;
+    int short_buffers = (s->validity.obj && s->validity.len * 8 < last)
+                        || (s->kind == 0 && s->data.len < 8 * last) || (s->kind == 1 && s->data.len * 8 < last)
+                        || (is_string && s->offsets.len < 4 * (last + 1));
+    if (!short_buffers && is_string && rows) {
+        const int32_t *offsets = (const int32_t *)s->offsets.buf;
+        short_buffers = offsets[s->offset] < 0 || offsets[last] < offsets[s->offset] || offsets[last] > s->data.len;
+    }
+    if (short_buffers) {
+        PyErr_Format(PyExc_ValueError, "encode: a %s column's buffers hold fewer than %zd rows", kind, rows);
+        return -1;
+    }
+    return 0;
+}
+
+static int put_value(Buf *out, Source *s, Py_ssize_t row) {
+    Py_ssize_t i = s->offset + row;
+    if (s->kind == 4 || (s->kind != 3 && s->validity.obj && !bit(s->validity.buf, i)))
+        return buf_put(out, "null", 4);
+    switch (s->kind) {
+    case 0:
+        return put_int(out, ((const int64_t *)s->data.buf)[i]);
+    case 1:
+        return bit(s->data.buf, i) ? buf_put(out, "true", 4) : buf_put(out, "false", 5);
+    case 2: {
+        const int32_t *offsets = (const int32_t *)s->offsets.buf;
+        int32_t a = offsets[i], b = offsets[i + 1];
+        if (b < a || b > s->data.len)
+            return FAIL;
+        return put_string(out, (const unsigned char *)s->data.buf + a, (size_t)(b - a));
+    }
+    default:
+        return buf_put(out, s->starts[row], s->lengths[row]);
+    }
+}
+
+static PyObject *encode(PyObject *self, PyObject *args) {
+    PyObject *names, *columns;
+    Py_ssize_t rows;
+    if (!PyArg_ParseTuple(args, "O!O!n", &PyList_Type, &names, &PyList_Type, &columns, &rows))
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(names);
+    if (PyList_GET_SIZE(columns) != count || rows < 0) {
+        PyErr_SetString(PyExc_ValueError, "encode: one column a name, and rows >= 0");
+        return NULL;
+    }
+    for (Py_ssize_t k = 0; k < count; k++)
+        if (!PyBytes_Check(PyList_GET_ITEM(names, k))) {
+            PyErr_SetString(PyExc_TypeError, "encode: names are the fields' JSON texts (bytes)");
+            return NULL;
+        }
+    Source *sources = calloc(count > 0 ? (size_t)count : 1, sizeof(Source));
+    if (sources == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t k = 0; k < count; k++)
+        if (open_source(PyList_GET_ITEM(columns, k), rows, &sources[k]) < 0) {
+            release_sources(sources, count);
+            return NULL;
+        }
+    /* what comes before each value: `{"name":` for the first, `,"name":` for the others */
+    Buf *heads = calloc(count > 0 ? (size_t)count : 1, sizeof(Buf));
+    PyObject *out = heads != NULL ? PyList_New(rows) : PyErr_NoMemory();
+    Buf row = {0};
+    int rc = 0;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t k = 0; out != NULL && rc == 0 && k < count; k++) {
+        PyObject *name = PyList_GET_ITEM(names, k);
+        if (buf_put(&heads[k], k ? "," : "{", 1) < 0
+            || buf_put(&heads[k], PyBytes_AS_STRING(name), PyBytes_GET_SIZE(name)) < 0
+            || buf_put(&heads[k], ":", 1) < 0)
+            rc = NOMEM;
+    }
+    for (Py_ssize_t r = 0; out != NULL && rc == 0 && r < rows; r++) {
+        row.len = 0;
+        if (count == 0)
+            rc = buf_put(&row, "{", 1);
+        for (Py_ssize_t k = 0; rc == 0 && k < count; k++) {
+            if (buf_put(&row, heads[k].p, heads[k].len) < 0) {
+                rc = NOMEM;
+                break;
+            }
+            rc = put_value(&row, &sources[k], r);
+        }
+        if (rc == 0)
+            rc = buf_put(&row, "}", 1);
+        if (rc == 0) {
+            PyObject *value = PyBytes_FromStringAndSize(row.p, row.len);
+            if (value == NULL) {
+                Py_CLEAR(out);
+                break;
+            }
+            PyList_SET_ITEM(out, r, value);
+            total += row.len;
+        }
+    }
+    free(row.p);
+    for (Py_ssize_t k = 0; heads != NULL && k < count; k++)
+        free(heads[k].p);
+    free(heads);
+    release_sources(sources, count);
+    if (rc != 0) {
+        Py_XDECREF(out);
+        if (rc == NOMEM)
+            return PyErr_NoMemory();
+        PyErr_SetString(PyExc_ValueError, "encode: a string column's offsets run past its data");
+        return NULL;
+    }
+    return out != NULL ? Py_BuildValue("(Nn)", out, total) : NULL;
+}
+
 static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, "decode(values, fields) -> (names, columns) | None"},
+    {"encode", encode, METH_VARARGS, "encode(names, columns, rows) -> (values, their total size)"},
     {NULL, NULL, 0, NULL},
 };
 

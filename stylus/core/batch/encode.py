@@ -1,9 +1,9 @@
 """A table's rows as output records, column-wise: value bytes, key bytes, timestamps.
 
-Values of a JSON topic are encoded by Polars (`struct.json_encode` of one struct Series), which writes byte for
-byte what orjson writes for the types a batch holds (ints, floats, strings, booleans, nulls, lists, structs;
-tested) and costs little per row but a fixed price per call: small tables, and tables Polars cannot take, go row
-by row through orjson (docs/batch.md, "Choosing the libraries", has the figures).
+Values of a JSON topic are written byte for byte as orjson writes each row's dict (tested): in C from the
+columns (`json_columns.encode`); without the C module, by Polars (`struct.json_encode` of one struct Series), which
+costs little per row but a fixed price per call, and for small tables and tables Polars cannot take, row by row
+through orjson (docs/batch.md, "Choosing the libraries", has the figures).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ os.environ.setdefault("POLARS_MAX_THREADS", "1")
 import polars as pl
 import pyarrow as pa
 
+from stylus.core.batch import json_columns
 from stylus.core.batch.columns import RENAMED, meta_columns
 from stylus.core.sink import FRAMING_BYTES
 from stylus.serde import encoder
@@ -47,6 +48,9 @@ def encode_values(table: Table, columns: list[str], serde: str) -> tuple[list[by
         sub = table.select(columns)
         if any(name.startswith(RENAMED) for name in columns):
             sub = sub.rename_columns([name.removeprefix(RENAMED) for name in columns])
+        encoded = json_columns.encode([_array(column) for column in sub.columns], sub.column_names, rows)
+        if encoded is not None:
+            return encoded
         values = []
         if rows >= POLARS_ROWS:
             try:  # one struct Series: about half the per-call price of a DataFrame and a `select`

@@ -1,5 +1,6 @@
-"""A run's JSON objects decoded straight into Arrow columns in C (the module `_json_columns`,
-stylus/core/batch/_json_columns.c): no Python object per record or per field.
+"""JSON objects to and from Arrow columns in C (the module `_json_columns`, stylus/core/batch/_json_columns.c): no
+Python object per record or per field. `decode` reads a run's values into columns; `encode` writes a table's rows
+as JSON objects, byte for byte as orjson writes each row's dict.
 
 Per record, orjson builds a dict and an object per field, and `pa.array` then reads each back: most of what a
 stateless batch processor costs beyond Kafka (docs/batch.md, "What a record costs"). The C decoder reads each
@@ -7,8 +8,10 @@ value once into column buffers. It builds a column only where it builds what orj
 (one kind of scalar, or null, per column; others are `None`, left to orjson), and it takes a run only when it is
 sure orjson accepts every value: for anything it does not vouch for (a value that is not an object, a number
 beyond int64 or double, deep nesting, bad UTF-8), `decode` returns None and the run is decoded by orjson, which
-accepts, refuses and reports as always. `make install` builds the module (scripts/build-native.sh); without it,
-every run is decoded by orjson.
+accepts, refuses and reports as always. The encoder writes integers, booleans, strings and nulls from the Arrow
+buffers and takes every other column's values as orjson writes them in one call (a JSON array: floats from a
+NumPy array, the rest from Python objects), so it writes what orjson writes. `make install` builds the module
+(scripts/build-native.sh); without it, every run is decoded by orjson and encoded by Polars or orjson.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
 try:
@@ -52,3 +56,32 @@ def _array(kind: str, rows: int, nulls: int, validity: bytes | None, data: bytes
         buffers.append(pa.py_buffer(offsets))
     buffers.append(pa.py_buffer(data))
     return pa.Array.from_buffers(_TYPES[kind], rows, buffers, null_count=nulls)
+
+
+def encode(columns: Sequence[pa.Array], names: Sequence[str], rows: int) -> tuple[list[bytes | None], int] | None:
+    """Each of the `rows` rows of `columns` (one Arrow array per field of `names`) as a JSON object, byte for
+    byte what `orjson.dumps(row, option=OPT_NON_STR_KEYS)` writes for the row's dict, and their total size.
+    None without the C module, or for a column orjson cannot write (the caller's other encoders decide)."""
+    if _json_columns is None:
+        return None
+    try:
+        specs = [_spec(column) for column in columns]
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+    return _json_columns.encode([orjson.dumps(name) for name in names], specs, rows)
+
+
+def _spec(column: pa.Array) -> tuple[Any, ...]:
+    """What `_json_columns.encode` reads of one column (see the C file)."""
+    kind = column.type
+    if kind in _BUFFERED:
+        validity, *buffers = column.buffers()
+        return (_BUFFERED[kind], validity if column.null_count else None, *buffers, column.offset)
+    if kind == pa.null():
+        return ("null",)
+    if kind == pa.float64():  # NaN (and a null, made NaN by to_numpy) is null, as orjson writes NaN
+        return ("text", orjson.dumps(column.to_numpy(zero_copy_only=False), option=orjson.OPT_SERIALIZE_NUMPY))
+    return ("text", orjson.dumps(column.to_pylist(), option=orjson.OPT_NON_STR_KEYS))
+
+
+_BUFFERED = {pa.int64(): "int64", pa.bool_(): "bool", pa.string(): "string"}

@@ -46,6 +46,7 @@ import tempfile
 import threading
 import time
 import uuid
+import zlib
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,8 @@ import pyarrow.compute as pc
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition  # noqa: E402
+
 from bench.backfill import tree_cpu  # noqa: E402
 from bench.common import time_worker  # noqa: E402
 from bench.pinning import pin_process, split_cores, thread_cpus  # noqa: E402
@@ -68,6 +71,7 @@ from stylus.config.model import Pipeline, TopicSpec  # noqa: E402
 from stylus.core.batch.ops import Groups  # noqa: E402
 from stylus.kafka.admin import create_topics  # noqa: E402
 from stylus.kafka.broker import EmbeddedBroker  # noqa: E402
+from stylus.kafka.offsets import watermarks  # noqa: E402
 from stylus.runtime.gctune import tune_for_streaming  # noqa: E402
 
 #: `--floor`: the sides that price what the work rests on, and what each is
@@ -288,7 +292,31 @@ def run_one_side(args: argparse.Namespace, kind: str, which: str, state_dir: str
     result.setdefault("peak_rss_mb", peak_rss_mb())
     result["load"] = os.getloadavg()[0]
     result["cpus"] = sorted({cpu for cpus in thread_cpus(os.getpid()).values() for cpu in cpus})  # every thread's
+    if kind in ("filter", "totals") and which in ("raw", "record", "batch"):  # the same work: the same outputs
+        result["outputs"] = output_digest(bootstrap, out)
     return result
+
+
+def output_digest(bootstrap: str, topic: str) -> list[int]:
+    """[count, digest] of a topic's records: the digest a sum of each record's CRC-32 of key and value, so two
+    topics holding the same records, in whatever order, give the same pair."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"digest-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False, "isolation.level": "read_committed"})
+    try:
+        ends = {p: watermarks(consumer, topic, p)[1] for p in range(PARTITIONS)}
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        count, digest, left = 0, 0, {p: end for p, end in ends.items() if end}
+        while left:
+            for msg in consumer.consume(10_000, timeout=1.0):
+                if msg.error():
+                    continue
+                count += 1
+                digest += zlib.crc32(msg.value() or b"", zlib.crc32(msg.key() or b""))
+                if msg.offset() + 1 >= left.get(msg.partition(), -1):
+                    left.pop(msg.partition(), None)
+        return [count, digest % 2**64]
+    finally:
+        consumer.close()
 
 
 def native_floor(bootstrap: str, topic: str, out: str, n: int, kind: str) -> dict[str, Any]:
@@ -454,6 +482,11 @@ def main() -> None:
                 results.setdefault(f"{label}/{which}", []).append(result)
         batch, base, record = (results[f"{label}/{which}"] for which in sides[:3])
         ratios.append(summary(label, batch, base, record))
+        if "outputs" in base[0]:  # each round's batch and per-record outputs against its raw loop's
+            same = all(b["outputs"] == r["outputs"] == p["outputs"]
+                       for b, r, p in zip(batch, base, record, strict=True))
+            ratios.append(f"{label}: outputs of batch, per-record and raw loop identical in every round: {same} "
+                          f"({base[0]['outputs'][0]:,} records)")
         for which, what in FLOORS.items():  # the floors, each against the same round's baseline
             if f"{label}/{which}" in results:
                 floor = sorted(f["rate"] / r["rate"] for f, r in zip(results[f"{label}/{which}"], base, strict=True))

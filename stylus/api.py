@@ -100,9 +100,10 @@ class Processor(ABC):
 
 class BatchContext(Context, Protocol):
     """What a batch processor may touch besides `Context` (docs/batch.md). `state` also has `get_many(keys)`
-    and `set_many(mapping)`."""
+    and `set_many(mapping)`, and for values that are lists of one length `get_columns(keys, default)` and
+    `set_columns(keys, *columns)`."""
 
-    state: Any  # `State`, plus `get_many(keys, default=None) -> list` and `set_many(mapping)`
+    state: Any  # `State`, plus `get_many`/`set_many` and `get_columns`/`set_columns` (docs/batch.md)
     event_times: Any  # the batch's event times (a pyarrow Int64Array, one per row), while `process_batch` runs
 
     @property
@@ -142,9 +143,9 @@ class BatchProcessor(Processor):
 
     @abstractmethod
     def process_batch(self, batch: Any, ctx: BatchContext) -> None:
-        """Handle a batch: read and write `ctx.state` (in bulk: `get_many`, `set_many`), emit with
-        `ctx.emit_batch` / `ctx.forward`. A batch that raises is undone and split to find the records that
-        fail (`on_error` takes those), the others processed once."""
+        """Handle a batch: read and write `ctx.state` (in bulk: `get_many`/`set_many`,
+        `get_columns`/`set_columns`), emit with `ctx.emit_batch` / `ctx.forward`. A batch that raises is undone
+        and split to find the records that fail (`on_error` takes those), the others processed once."""
 
     def process(self, record: Record, ctx: Context) -> None:
         """Never called. (`on_timer(key, timestamp, ctx)` is, with a `BatchContext` as `ctx`.)"""

@@ -342,6 +342,40 @@ static int expect_literal(Decoder *d, const char *word, size_t n) {
     return 0;
 }
 
+/* Past `ch` after optional whitespace, or FAIL. */
+static inline int expect(Decoder *d, unsigned char ch) {
+    skip_ws(d);
+    if (d->p >= d->end || *d->p != ch)
+        return FAIL;
+    d->p++;
+    return 0;
+}
+
+/* Just inside an array or object: 1 (and past `close`) when it is empty, else 0. */
+static inline int empty(Decoder *d, unsigned char close) {
+    skip_ws(d);
+    if (d->p < d->end && *d->p == close) {
+        d->p++;
+        return 1;
+    }
+    return 0;
+}
+
+/* After an item of an array or object: 1 past its `close`, 0 past a comma (another item follows), or FAIL. */
+static inline int after_item(Decoder *d, unsigned char close) {
+    skip_ws(d);
+    if (d->p >= d->end)
+        return FAIL;
+    if (*d->p == close) {
+        d->p++;
+        return 1;
+    }
+    if (*d->p != ',')
+        return FAIL;
+    d->p++;
+    return 0;
+}
+
 /* Any JSON value, checked and passed over. */
 static int skip_value(Decoder *d, int depth) {
     if (depth > MAX_DEPTH)
@@ -363,56 +397,23 @@ static int skip_value(Decoder *d, int depth) {
         return expect_literal(d, "null", 4);
     case '[':
         d->p++;
-        skip_ws(d);
-        if (d->p < d->end && *d->p == ']') {
-            d->p++;
+        if (empty(d, ']'))
             return 0;
-        }
-        for (;;) {
+        do {
             if ((rc = skip_value(d, depth + 1)) < 0)
                 return rc;
-            skip_ws(d);
-            if (d->p >= d->end)
-                return FAIL;
-            if (*d->p == ']') {
-                d->p++;
-                return 0;
-            }
-            if (*d->p != ',')
-                return FAIL;
-            d->p++;
-        }
+        } while ((rc = after_item(d, ']')) == 0);
+        return rc < 0 ? rc : 0;
     case '{':
         d->p++;
-        skip_ws(d);
-        if (d->p < d->end && *d->p == '}') {
-            d->p++;
+        if (empty(d, '}'))
             return 0;
-        }
-        for (;;) {
-            skip_ws(d);
-            if (d->p >= d->end || *d->p != '"')
-                return FAIL;
-            d->p++;
-            if ((rc = read_string(d, NULL)) < 0)
+        do {
+            if ((rc = expect(d, '"')) < 0 || (rc = read_string(d, NULL)) < 0 || (rc = expect(d, ':')) < 0
+                || (rc = skip_value(d, depth + 1)) < 0)
                 return rc;
-            skip_ws(d);
-            if (d->p >= d->end || *d->p != ':')
-                return FAIL;
-            d->p++;
-            if ((rc = skip_value(d, depth + 1)) < 0)
-                return rc;
-            skip_ws(d);
-            if (d->p >= d->end)
-                return FAIL;
-            if (*d->p == '}') {
-                d->p++;
-                return 0;
-            }
-            if (*d->p != ',')
-                return FAIL;
-            d->p++;
-        }
+        } while ((rc = after_item(d, '}')) == 0);
+        return rc < 0 ? rc : 0;
     default:
         return read_number(d, &kind, &i, NULL);
     }
@@ -524,20 +525,13 @@ static int read_field(Decoder *d, Column *c) {
 
 /* One value: an object (its fields into the columns) or null (a tombstone: a null in every column). */
 static int read_row(Decoder *d) {
-    skip_ws(d);
-    if (d->p >= d->end || *d->p != '{')
-        return FAIL;
-    d->p++;
-    skip_ws(d);
     int rc;
-    if (d->p < d->end && *d->p == '}') {
-        d->p++;
-    } else {
-        for (;;) {
-            skip_ws(d);
-            if (d->p >= d->end || *d->p != '"')
-                return FAIL;
-            d->p++;
+    if ((rc = expect(d, '{')) < 0)
+        return rc;
+    if (!empty(d, '}')) {
+        do {
+            if ((rc = expect(d, '"')) < 0)
+                return rc;
             const unsigned char *name = d->p;
             while (d->p < d->end && *d->p != '"' && *d->p != '\\' && *d->p >= 0x20 && *d->p < 0x80)
                 d->p++;
@@ -555,26 +549,16 @@ static int read_row(Decoder *d) {
                 key = d->scratch.p ? d->scratch.p : "";
                 n = d->scratch.len;
             }
-            skip_ws(d);
-            if (d->p >= d->end || *d->p != ':')
-                return FAIL;
-            d->p++;
+            if ((rc = expect(d, ':')) < 0)
+                return rc;
             Column *c = find_column(d, key, n);
             if (c == NULL && d->all && (rc = add_column(d, key, n, &c)) < 0)
                 return rc;
             if ((rc = c != NULL ? read_field(d, c) : skip_value(d, 1)) < 0)
                 return rc;
-            skip_ws(d);
-            if (d->p >= d->end)
-                return FAIL;
-            if (*d->p == '}') {
-                d->p++;
-                break;
-            }
-            if (*d->p != ',')
-                return FAIL;
-            d->p++;
-        }
+        } while ((rc = after_item(d, '}')) == 0);
+        if (rc < 0)
+            return rc;
     }
     skip_ws(d);
     return d->p == d->end ? 0 : FAIL;

@@ -15,13 +15,13 @@ What differs from `StateMap`, and why that is safe where it is used:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from stylus.state.store import encode_value, key_type_error, state_key
+from stylus.state.store import ColumnAccess, encode_value, key_type_error, state_key
 
 
-class MemoryState(dict[str, Any]):
+class MemoryState(ColumnAccess, dict[str, Any]):
     __slots__ = ("_saved", "_undo")
 
     def __init__(self) -> None:
@@ -37,6 +37,9 @@ class MemoryState(dict[str, Any]):
     def set_many(self, mapping: Mapping[str, Any]) -> None:
         """As `StateMap.set_many`."""
         self.update(mapping)
+
+    def _put_many(self, keys: Iterable[str], items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None:
+        self.update(items)
 
     def scan_prefix(self, prefix: str) -> list[tuple[str, Any]]:
         """Entries whose key starts with `prefix`, in key order, as `StateMap.scan_prefix`."""

@@ -98,7 +98,51 @@ def key_type_error(key: object) -> TypeError:
     return TypeError(f"state keys are str, not {type(key).__name__} ({key!r})")
 
 
-class StateMap(MutableMapping[str, Any]):
+class ColumnAccess:
+    """`get_columns` / `set_columns`: a state's `get_many` and bulk write for values that are lists of one length,
+    one column per position (both states of a batch processor: `StateMap`, and a backfill's `MemoryState`)."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+        def get_many(self, keys: Sequence[str], default: Any = None) -> list[Any]: ...
+
+        def _put_many(self, keys: Iterable[str], items: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> None: ...
+
+    def get_columns(self, keys: Sequence[str], default: Sequence[Any]) -> list[Any]:
+        """`get_many` for values that are lists of one length (`[count, sum]`), one column per position:
+        `default` (that length) for an absent key. A column of numbers is a NumPy array (int64 when all are
+        ints, float64 when any is a float), any other a list. Spares a batch processor transposing the rows in
+        Python (`zip(*rows)` costs more than the read)."""
+        rows = self.get_many(keys, default=default)
+        width = len(default)
+        columns: list[Any] = []
+        try:
+            for position in range(width):
+                items = list(map(itemgetter(position), rows))
+                if all(type(d) in (int, float) for d in default):
+                    array = np.array(items) if items else np.array([], type(default[position]))
+                    columns.append(array if array.dtype.kind in "if" else items)
+                else:
+                    columns.append(items)
+        except (IndexError, KeyError, TypeError):
+            for key, row in zip(keys, rows, strict=True):
+                if not isinstance(row, (list, tuple)) or len(row) != width:
+                    raise ValueError(f"state[{key!r}] is {row!r}, not a list of {width} like the default "
+                                     f"{list(default)!r}: read it with `get_many`") from None
+            raise
+        return columns
+
+    def set_columns(self, keys: Sequence[str], *columns: Sequence[Any]) -> None:
+        """`state[keys[i]] = [columns[0][i], columns[1][i], ...]` for every key, in one call (`set_many`). A
+        column may be a NumPy array (its items stored as Python numbers)."""
+        if any(len(column) != len(keys) for column in columns):
+            raise ValueError(f"set_columns: {len(keys):,} keys but columns of {[len(c) for c in columns]} values")
+        lists = [column.tolist() if isinstance(column, np.ndarray) else column for column in columns]
+        self._put_many(keys, zip(keys, zip(*lists, strict=True), strict=True))
+
+
+class StateMap(ColumnAccess, MutableMapping[str, Any]):
     """`ctx.state`: reads go through a cache, writes are buffered until the next commit.
 
     Two dicts: `_values` holds what the KV holds (or a checkpoint in flight is writing), `_dirty` the writes
@@ -163,38 +207,6 @@ class StateMap(MutableMapping[str, Any]):
             for i, name, raw in zip(load, names, self._kv.get_many([state_key(n) for n in names]), strict=True):
                 out[i] = values[name] = _DELETED if raw is None else orjson.loads(raw)
         return [default if value is _DELETED else value for value in out] if _DELETED in out else out
-
-    def get_columns(self, keys: Sequence[str], default: Sequence[Any]) -> list[Any]:
-        """`get_many` for values that are lists of one length (`[count, sum]`), one column per position:
-        `default` (that length) for an absent key. A column of numbers is a NumPy array (int64 when all are
-        ints, float64 when any is a float), any other a list. Spares a batch processor transposing the rows in
-        Python (`zip(*rows)` costs more than the read)."""
-        rows = self.get_many(keys, default=default)
-        width = len(default)
-        columns: list[Any] = []
-        try:
-            for position in range(width):
-                items = list(map(itemgetter(position), rows))
-                if all(type(d) in (int, float) for d in default):
-                    array = np.array(items) if items else np.array([], type(default[position]))
-                    columns.append(array if array.dtype.kind in "if" else items)
-                else:
-                    columns.append(items)
-        except (IndexError, KeyError, TypeError):
-            for key, row in zip(keys, rows, strict=True):
-                if not isinstance(row, (list, tuple)) or len(row) != width:
-                    raise ValueError(f"state[{key!r}] is {row!r}, not a list of {width} like the default "
-                                     f"{list(default)!r}: read it with `get_many`") from None
-            raise
-        return columns
-
-    def set_columns(self, keys: Sequence[str], *columns: Sequence[Any]) -> None:
-        """`state[keys[i]] = [columns[0][i], columns[1][i], ...]` for every key, in one call (`set_many`). A
-        column may be a NumPy array (its items stored as Python numbers)."""
-        if any(len(column) != len(keys) for column in columns):
-            raise ValueError(f"set_columns: {len(keys):,} keys but columns of {[len(c) for c in columns]} values")
-        lists = [column.tolist() if isinstance(column, np.ndarray) else column for column in columns]
-        self._put_many(keys, zip(keys, zip(*lists, strict=True), strict=True))
 
     def set_many(self, mapping: Mapping[str, Any]) -> None:
         """`state[key] = value` for every item, in one call. Journaled as one entry (the keys and their unsaved

@@ -64,3 +64,17 @@ def test_a_non_str_key_is_refused_with_the_state_maps_error(check: Callable[[Mem
     with pytest.raises(TypeError) as late:
         check(memory)
     assert str(late.value) == str(refused.value) == "state keys are str, not int (7)"
+
+
+def test_columns_read_and_written_as_a_state_map_does() -> None:
+    """`get_columns` / `set_columns` (a batch processor's bulk state) give and save what they do on a StateMap."""
+    import numpy as np
+
+    stores = [PartitionStore(MemoryKV()), PartitionStore(MemoryKV(), state=MemoryState())]
+    for store in stores:
+        store.state["a"] = [1, 0.5]
+        store.state.set_columns(["b", "c"], np.array([2, 3]), [2.5, 3.5])
+    (counts, sums), (counts2, sums2) = (store.state.get_columns(["c", "zz", "a", "b"], (0, 0.0)) for store in stores)
+    assert counts.tolist() == counts2.tolist() == [3, 0, 1, 2] and counts2.dtype == np.int64
+    assert sums.tolist() == sums2.tolist() == [3.5, 0.0, 0.5, 2.5]
+    assert _apply(stores[0], [("save", 1, None)]) == _apply(stores[1], [("save", 1, None)])

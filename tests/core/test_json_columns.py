@@ -108,6 +108,9 @@ def test_a_run_it_takes_is_the_batch_orjson_builds(raws: list[bytes | None], fie
     assert accepted, f"the C decoder took {raws!r}, which orjson refuses or reads as no object"
     run = run_of(raws)
     decoded, failed = decode_values(run.values, "json", fields)
+    if fields == ():  # no column wanted: the values are read as objects (`ctx.values`), decoded by orjson at once
+        assert type(decoded) is list and not failed
+        return
     assert isinstance(decoded, Decoded) and not failed
     same(record_batch(run, None, decoded, "json", fields), orjson_batch(run, None, fields))
     rows = range(min(cut, len(raws) - 1), len(raws))  # a later segment of the run, as a split run has

@@ -180,9 +180,10 @@ def decode_values(values: list[bytes | None], serde: str, fields: Sequence[str] 
                   ) -> tuple[Values, list[tuple[int, Exception]]]:
     """Each value decoded as the topic's serde decodes it, and the (position, error) of those that fail.
     JSON objects into the columns of `fields` (None: all) in C when the run allows (`Decoded`); else one C-level
-    pass when none fails (a value may be null: a tombstone), a careful one otherwise."""
+    pass when none fails (a value may be null: a tombstone), a careful one otherwise. `fields` empty: no column is
+    wanted, the processor reads `ctx.values` (SQL stages), which orjson decodes at once."""
     if serde == "json":
-        columns = json_columns.decode(values, fields)
+        columns = json_columns.decode(values, fields) if fields is None or fields else None
         if columns is not None:
             return Decoded(values, *columns), []
         try:

@@ -235,3 +235,11 @@ def test_buffers_shorter_than_the_rows_are_refused() -> None:
         json_columns._json_columns.encode([b'"i"'], [("int64", None, pa.py_buffer(b"\0" * 16), 0)], 5)
     with pytest.raises(ValueError, match="not a JSON array of 3 values"):
         json_columns._json_columns.encode([b'"t"'], [("text", b"[1,2]")], 3)
+
+
+def test_decoded_values_are_made_by_orjson_only_when_read() -> None:
+    raws: list[bytes | None] = [b'{"a": 1}', None, b'{"a": 2.5, "b": [1]}']
+    decoded, _ = decode_values(raws, "json", None)
+    assert isinstance(decoded, Decoded) and decoded._objects is None
+    assert decoded[2] == {"a": 2.5, "b": [1]} and decoded[1] is None and decoded._objects is None  # one by one
+    assert decoded[0:2] == [{"a": 1}, None] and decoded.objects() == [{"a": 1}, None, {"a": 2.5, "b": [1]}]

@@ -165,6 +165,9 @@ class Decoded(Sequence[Any]):
         return len(self.raw)
 
     def __getitem__(self, i: Any) -> Any:
+        if self._objects is None and type(i) is int:  # one record (late, or its event time read): that one alone
+            raw = self.raw[i]
+            return None if raw is None else orjson.loads(raw)
         return self.objects()[i]
 
 

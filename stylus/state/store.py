@@ -22,7 +22,6 @@ from itertools import repeat
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
 import orjson
 
 from stylus.state.kv import KV
@@ -114,6 +113,8 @@ class ColumnAccess:
         `default` (that length) for an absent key. A column of numbers is a NumPy array (int64 when all are
         ints, float64 when any is a float), any other a list. Spares a batch processor transposing the rows in
         Python (`zip(*rows)` costs more than the read)."""
+        import numpy as np  # the `batch` extra's, as batch processors are
+
         rows = self.get_many(keys, default=default)
         width = len(default)
         columns: list[Any] = []
@@ -138,7 +139,7 @@ class ColumnAccess:
         column may be a NumPy array (its items stored as Python numbers)."""
         if any(len(column) != len(keys) for column in columns):
             raise ValueError(f"set_columns: {len(keys):,} keys but columns of {[len(c) for c in columns]} values")
-        lists = [column.tolist() if isinstance(column, np.ndarray) else column for column in columns]
+        lists = [column.tolist() if hasattr(column, "tolist") else column for column in columns]
         self._put_many(keys, zip(keys, zip(*lists, strict=True), strict=True))
 
 

@@ -117,11 +117,12 @@ class ColumnAccess:
 
         rows = self.get_many(keys, default=default)
         width = len(default)
+        numbers = all(type(d) in (int, float) for d in default)
         columns: list[Any] = []
         try:
             for position in range(width):
                 items = list(map(itemgetter(position), rows))
-                if all(type(d) in (int, float) for d in default):
+                if numbers:
                     array = np.array(items) if items else np.array([], type(default[position]))
                     columns.append(array if array.dtype.kind in "if" else items)
                 else:

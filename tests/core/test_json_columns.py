@@ -16,8 +16,6 @@ from stylus.core.batch import json_columns
 from stylus.core.batch.columns import Decoded, Run, decode_values, record_batch
 from stylus.core.message import RawMessage
 
-pytestmark = pytest.mark.skipif(not json_columns.available(), reason="`make install` builds the C decoder")
-
 NAMES = ["id", "type", "v", "key", "é", "a\"b", ""]
 NUMBER = r"\A-?(0|[1-9][0-9]{0,24})(\.[0-9]{1,24})?([eE][+-]?[0-9]{1,3})?\Z"
 
@@ -27,6 +25,10 @@ scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(NAMES),
                                                                                          inner, max_size=3),
                       max_leaves=6)
+
+
+def test_the_module_is_built() -> None:
+    assert json_columns.available(), "`make install` builds it (scripts/build-native.sh)"
 
 
 class Raw(str):

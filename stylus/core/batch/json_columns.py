@@ -66,7 +66,7 @@ def encode(columns: Sequence[pa.Array], names: Sequence[str], rows: int) -> tupl
         return None
     try:
         specs = [_spec(column) for column in columns]
-    except (TypeError, orjson.JSONEncodeError):
+    except TypeError:  # orjson.JSONEncodeError: a type orjson does not write
         return None
     return _json_columns.encode([orjson.dumps(name) for name in names], specs, rows)
 
